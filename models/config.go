@@ -1,0 +1,322 @@
+package models
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"reflect"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Defaults that the config file can override.
+const (
+	DefaultBrokerAddress     = "127.0.0.1:50000"
+	DefaultClientID          = "inferq"
+	DefaultHTTPListen        = "127.0.0.1:8080"
+	DefaultQueuePrefix       = "inferq."
+	DefaultMaxBatchSize      = 32
+	DefaultMaxQueueDelay     = Duration(time.Millisecond)
+	DefaultMaxRetries        = 3
+	DefaultBackoffInitial    = Duration(time.Second)
+	DefaultBackoffMax        = Duration(30 * time.Second)
+	DefaultResultPrefix      = "rayserve-result-"
+	DefaultResultExpiry      = Duration(time.Hour)
+	DefaultMaxBodyBytes      = 64 << 20
+	DefaultMaxTensorElements = 1 << 24
+	DefaultMaxResultBytes    = 4 << 20
+
+	// maxNameLen bounds model and channel names.
+	maxNameLen = 200
+	// maxMessageBytes is the broker's gRPC message limit (KUBEMQ.md trap 10).
+	maxMessageBytes = 100 << 20
+)
+
+// Config is the whole configuration file.
+type Config struct {
+	Broker  Broker  `yaml:"broker"`
+	HTTP    HTTP    `yaml:"http"`
+	DataDir string  `yaml:"data_dir"`
+	Models  []Model `yaml:"models"`
+}
+
+// Broker is how inferq reaches KubeMQ.
+type Broker struct {
+	Address   string `yaml:"address"`
+	ClientID  string `yaml:"client_id"`
+	AuthToken string `yaml:"auth_token"`
+	TLS       TLS    `yaml:"tls"`
+}
+
+// TLS holds the client certificate, key and CA files for the broker.
+type TLS struct {
+	Cert string `yaml:"cert"`
+	Key  string `yaml:"key"`
+	CA   string `yaml:"ca"`
+}
+
+// Enabled reports whether any TLS file is set.
+func (t TLS) Enabled() bool { return t.Cert != "" || t.Key != "" || t.CA != "" }
+
+// HTTP is the operations endpoint (health, metrics, task lookup).
+type HTTP struct {
+	Listen string `yaml:"listen"`
+}
+
+// Model is one served model.
+type Model struct {
+	// Name is the task_name producers send; used verbatim.
+	Name string `yaml:"name"`
+	// Path is the ONNX file.
+	Path string `yaml:"path"`
+	// Queue is the KubeMQ queue the model consumes (default inferq.<name>).
+	// Several models may share one queue; tasks are routed by task_name.
+	Queue string `yaml:"queue"`
+	// Device is auto, cpu, cuda or a list of GPU indexes.
+	Device Device `yaml:"device"`
+	// Instances is the number of sessions per device.
+	Instances int `yaml:"instances"`
+	// Concurrency is the number of runs in flight per session.
+	Concurrency int `yaml:"concurrency"`
+	// Batching is the dynamic batcher's policy.
+	Batching Batching `yaml:"batching"`
+	// Retries is the failure policy.
+	Retries Retries `yaml:"retries"`
+	// DLQQueue receives tasks that failed their last attempt
+	// (default <queue>.dlq).
+	DLQQueue string `yaml:"dlq_queue"`
+	// UnprocessableQueue receives bodies that cannot be decoded
+	// (default <queue>.unprocessable).
+	UnprocessableQueue string `yaml:"unprocessable_queue"`
+	// Result is where results go when a task has no reply_to.
+	Result Result `yaml:"result"`
+	// Timeout bounds a task from its created_at; 0 means none unless the
+	// task sets timeout_ms.
+	Timeout Duration `yaml:"timeout"`
+	// IntraOpThreads is onnxruntime's intra-op thread count per session;
+	// 0 means cores divided by the sessions that run at once.
+	IntraOpThreads int `yaml:"intra_op_threads"`
+	// Limits bound what one task may ask for.
+	Limits Limits `yaml:"limits"`
+}
+
+// Batching is a model's dynamic batching policy.
+type Batching struct {
+	// MaxBatchSize is the most items in one run.
+	MaxBatchSize int `yaml:"max_batch_size"`
+	// MaxQueueDelay is how long the batcher waits after the first item
+	// for more.
+	MaxQueueDelay Duration `yaml:"max_queue_delay"`
+	// PreferredBatchSizes, optional, are sizes the batcher runs as soon
+	// as it reaches them.
+	PreferredBatchSizes []int `yaml:"preferred_batch_sizes"`
+}
+
+// Retries is a model's retry policy.
+type Retries struct {
+	// MaxRetries is the number of retries after the first attempt
+	// (Celery's count); 0 makes every failure final.
+	MaxRetries int `yaml:"max_retries"`
+	// BackoffInitial is the first retry's delay; 0 means an immediate NAck.
+	BackoffInitial Duration `yaml:"backoff_initial"`
+	// BackoffMax caps the exponential backoff.
+	BackoffMax Duration `yaml:"backoff_max"`
+}
+
+// Result is the compatible per-task result channel.
+type Result struct {
+	ChannelPrefix string   `yaml:"channel_prefix"`
+	Expiry        Duration `yaml:"expiry"`
+	// MaxResultBytes is the largest record sent to the broker; a bigger one
+	// stays in the spool and the broker gets a reference.
+	MaxResultBytes int `yaml:"max_result_bytes"`
+}
+
+// Limits bound the size of one task.
+type Limits struct {
+	MaxBodyBytes      int   `yaml:"max_body_bytes"`
+	MaxTensorElements int64 `yaml:"max_tensor_elements"`
+}
+
+// UnmarshalYAML fills a model's defaults before decoding, so a field set
+// explicitly to zero (max_retries: 0, backoff_initial: 0) stays zero.
+func (m *Model) UnmarshalYAML(n *yaml.Node) error {
+	type plain Model
+	// Node.Decode does not inherit the decoder's KnownFields, so unknown
+	// keys below a model are checked here.
+	if err := checkKnownFields(n, reflect.TypeFor[plain]()); err != nil {
+		return err
+	}
+	p := plain(NewModel(""))
+	if err := n.Decode(&p); err != nil {
+		return err
+	}
+	*m = Model(p)
+	return nil
+}
+
+// NewModel returns a model called name with every default set except
+// those derived from the name and queue (see Config.SetDefaults).
+func NewModel(name string) Model {
+	return Model{
+		Name:        name,
+		Device:      Device{Kind: DeviceAuto},
+		Instances:   1,
+		Concurrency: 1,
+		Batching: Batching{
+			MaxBatchSize:  DefaultMaxBatchSize,
+			MaxQueueDelay: DefaultMaxQueueDelay,
+		},
+		Retries: Retries{
+			MaxRetries:     DefaultMaxRetries,
+			BackoffInitial: DefaultBackoffInitial,
+			BackoffMax:     DefaultBackoffMax,
+		},
+		Result: Result{
+			ChannelPrefix:  DefaultResultPrefix,
+			Expiry:         DefaultResultExpiry,
+			MaxResultBytes: DefaultMaxResultBytes,
+		},
+		Limits: Limits{
+			MaxBodyBytes:      DefaultMaxBodyBytes,
+			MaxTensorElements: DefaultMaxTensorElements,
+		},
+	}
+}
+
+// SetDefaults fills the fields left empty, including those derived from a
+// model's name (queue) and queue (dlq_queue, unprocessable_queue).
+func (c *Config) SetDefaults() {
+	if c.Broker.Address == "" {
+		c.Broker.Address = DefaultBrokerAddress
+	}
+	if c.Broker.ClientID == "" {
+		c.Broker.ClientID = DefaultClientID
+	}
+	if c.HTTP.Listen == "" {
+		c.HTTP.Listen = DefaultHTTPListen
+	}
+	for i := range c.Models {
+		m := &c.Models[i]
+		if m.Device.Kind == "" {
+			m.Device.Kind = DeviceAuto
+		}
+		if m.Queue == "" && m.Name != "" {
+			m.Queue = DefaultQueuePrefix + m.Name
+		}
+		if m.DLQQueue == "" && m.Queue != "" {
+			m.DLQQueue = m.Queue + ".dlq"
+		}
+		if m.UnprocessableQueue == "" && m.Queue != "" {
+			m.UnprocessableQueue = m.Queue + ".unprocessable"
+		}
+	}
+}
+
+// Parse decodes a YAML config, fills defaults and validates it. Unknown
+// fields are errors, so a typo does not silently fall back to a default.
+func Parse(data []byte) (*Config, error) {
+	var c Config
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("models: parse config: %w", err)
+	}
+	c.SetDefaults()
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// Load reads and parses the config file at path. Relative model paths are
+// taken relative to the current directory, as written.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("models: read config: %w", err)
+	}
+	c, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Model returns the model called name, or nil.
+func (c *Config) Model(name string) *Model {
+	for i := range c.Models {
+		if c.Models[i].Name == name {
+			return &c.Models[i]
+		}
+	}
+	return nil
+}
+
+// Masked returns a copy of c with secrets replaced, for printing.
+func (c Config) Masked() Config {
+	if c.Broker.AuthToken != "" {
+		c.Broker.AuthToken = "*****"
+	}
+	return c
+}
+
+// YAML renders c as YAML.
+func (c Config) YAML() ([]byte, error) {
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(c); err != nil {
+		return nil, fmt.Errorf("models: render config: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// checkChannel reports why name cannot be a KubeMQ channel, or "".
+func checkChannel(name string) string {
+	switch {
+	case name == "":
+		return "is empty"
+	case len(name) > maxNameLen:
+		return fmt.Sprintf("is %d characters long; the limit is %d", len(name), maxNameLen)
+	case strings.ContainsAny(name, " \t\r\n*>"):
+		return fmt.Sprintf("%q contains whitespace or a wildcard (* or >)", name)
+	}
+	return ""
+}
+
+// checkKnownFields reports the first mapping key in n that names no field
+// of struct type t, recursing into struct-typed fields.
+func checkKnownFields(n *yaml.Node, t reflect.Type) error {
+	if n.Kind != yaml.MappingNode || t.Kind() != reflect.Struct {
+		return nil
+	}
+	fields := map[string]reflect.Type{}
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if name == "" || name == "-" {
+			continue
+		}
+		fields[name] = f.Type
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		ft, ok := fields[k.Value]
+		if !ok {
+			return fmt.Errorf("line %d: field %s not found in type %s", k.Line, k.Value, t.Name())
+		}
+		if ft.Kind() == reflect.Struct && ft.PkgPath() != "" && !reflect.PointerTo(ft).Implements(unmarshalerType) {
+			if err := checkKnownFields(v, ft); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+var unmarshalerType = reflect.TypeFor[yaml.Unmarshaler]()
