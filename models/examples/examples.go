@@ -142,20 +142,18 @@ func Write(dir string, heavy bool) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("examples: create model dir: %w", err)
 	}
-	gens := []struct {
-		name string
-		gen  func() []byte
-	}{{MLPName, MLP}, {MultiTypeName, MultiType}}
+	type generator struct {
+		name  string
+		model func() []byte
+	}
+	gens := []generator{{MLPName, MLP}, {MultiTypeName, MultiType}}
 	if heavy {
-		gens = append(gens, struct {
-			name string
-			gen  func() []byte
-		}{ResNet18Name, ResNet18})
+		gens = append(gens, generator{ResNet18Name, ResNet18})
 	}
 	paths := make([]string, 0, len(gens))
 	for _, m := range gens {
 		p := filepath.Join(dir, m.name+".onnx")
-		if err := writeFile(p, m.gen()); err != nil {
+		if err := writeFile(p, m.model()); err != nil {
 			return paths, fmt.Errorf("examples: write %s: %w", m.name, err)
 		}
 		paths = append(paths, p)

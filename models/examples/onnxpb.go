@@ -24,7 +24,6 @@ const (
 	fModelGraph        protowire.Number = 7
 	fModelOpsetImport  protowire.Number = 8
 	// OperatorSetIdProto
-	fOpsetDomain  protowire.Number = 1
 	fOpsetVersion protowire.Number = 2
 	// GraphProto
 	fGraphNode        protowire.Number = 1
@@ -57,21 +56,28 @@ const (
 	fValueInfoName protowire.Number = 1
 	fValueInfoType protowire.Number = 2
 	// TypeProto, TypeProto.Tensor, TensorShapeProto, TensorShapeProto.Dimension
-	fTypeTensorType  protowire.Number = 1
-	fTensorElemType  protowire.Number = 1
-	fTensorShape     protowire.Number = 2
-	fShapeDim        protowire.Number = 1
-	fDimValue        protowire.Number = 1
-	fDimParam        protowire.Number = 2
-	attrTypeFloat    int64            = 1 // AttributeProto.AttributeType
-	attrTypeInt      int64            = 2
-	attrTypeString   int64            = 3
-	attrTypeTensor   int64            = 4
-	attrTypeFloats   int64            = 6
-	attrTypeInts     int64            = 7
-	onnxIRVersion    int64            = 9  // IR of ONNX 1.14+; onnxruntime 1.30 reads up to 11
-	onnxOpsetVersion int64            = 17 // default ("ai.onnx") domain
-	producerName                      = "inferq-examples"
+	fTypeTensorType protowire.Number = 1
+	fTensorElemType protowire.Number = 1
+	fTensorShape    protowire.Number = 2
+	fShapeDim       protowire.Number = 1
+	fDimValue       protowire.Number = 1
+	fDimParam       protowire.Number = 2
+)
+
+// AttributeProto.AttributeType values.
+const (
+	attrTypeFloat  int64 = 1
+	attrTypeInt    int64 = 2
+	attrTypeString int64 = 3
+	attrTypeTensor int64 = 4
+	attrTypeFloats int64 = 6
+	attrTypeInts   int64 = 7
+)
+
+const (
+	onnxIRVersion    int64 = 9  // IR of ONNX 1.14+, loaded by onnxruntime 1.30 in the tests
+	onnxOpsetVersion int64 = 17 // of the default ("ai.onnx") domain
+	producerName           = "inferq-examples"
 )
 
 // message is one protobuf message of the writer: size is the exact length of

@@ -17,7 +17,7 @@ import (
 // (std sqrt(2/fan_in)), the last conv of each residual branch scaled down by
 // 1/sqrt(2) more, so activations stay of order one through the 8 blocks; the
 // biases are normals of std 0.01. The model has 11,684,712 parameters (about
-// 46.7 MB of weights) and costs about 1.82 G multiply-adds per image.
+// 46.7 MB of weights) and costs 1.814 G multiply-adds per image.
 //
 // The weights are generated straight into the returned buffer, which is the
 // only copy held.
