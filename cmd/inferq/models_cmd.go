@@ -1,0 +1,74 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"text/tabwriter"
+
+	"github.com/inferq/inferq/models/examples"
+	"github.com/inferq/inferq/runtime"
+)
+
+const modelsHelp = `Work with ONNX model files.
+
+Subcommands:
+  inspect FILE         print the model's inputs and outputs: name, datatype, shape
+                       (-1 marks a dynamic dim, usually the batch dim)
+  example DIR          write the example models (mlp, multitype) into DIR;
+                       --heavy adds resnet18 (~47 MB, ResNet-18 with random weights)`
+
+func runModels(ctx context.Context, a *app, args []string) error {
+	fs := a.newFlags("models", "models inspect FILE | models example DIR [--heavy]", modelsHelp)
+	ortLib := ortFlag(fs)
+	heavy := fs.Bool("heavy", false, "example: also write resnet18.onnx (~47 MB)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	rest := fs.Args()
+	if len(rest) != 2 {
+		return usageErrorf("want 'models inspect FILE' or 'models example DIR'")
+	}
+	switch rest[0] {
+	case "inspect":
+		return a.inspectModel(*ortLib, rest[1])
+	case "example":
+		paths, err := examples.Write(rest[1], *heavy)
+		if err != nil {
+			return err
+		}
+		for _, p := range paths {
+			fmt.Fprintln(a.stdout, p)
+		}
+		return nil
+	}
+	return usageErrorf("unknown models subcommand %q: want inspect or example", rest[0])
+}
+
+func (a *app) inspectModel(ortLib, path string) error {
+	env, err := a.openRuntime(ortLib, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+	info, err := env.Inspect(path)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "KIND\tNAME\tDATATYPE\tSHAPE")
+	row := func(kind string, t runtime.TensorInfo) {
+		dt := t.ONNXType
+		if t.DType.Valid() {
+			dt = t.DType.String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", kind, t.Name, dt, runtime.FormatShape(t.Dims))
+	}
+	for _, t := range info.Inputs {
+		row("input", t)
+	}
+	for _, t := range info.Outputs {
+		row("output", t)
+	}
+	return tw.Flush()
+}

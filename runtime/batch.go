@@ -1,0 +1,636 @@
+package runtime
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	ort "github.com/yalue/onnxruntime_go"
+)
+
+// ErrInvalidInput is wrapped by every *InputError: the request does not fit
+// the model, so running it again cannot help.
+var ErrInvalidInput = errors.New("runtime: invalid input")
+
+// InputError says which input (or requested output) of an item does not
+// fit the model and how. Its message names the input, the expected and the
+// received datatype and shape, e.g.
+//
+//	input "x": expected FP32 [-1,16], got FP32 [1,15]
+type InputError struct {
+	// Kind is "input" or "output".
+	Kind string
+	Name string
+	// Expected is the model's declaration; zero when Name is not the
+	// model's.
+	Expected TensorInfo
+	// GotDType and GotShape are what the item carried; zero when the input
+	// is missing.
+	GotDType DType
+	GotShape []int64
+	// Problem replaces the expected/got comparison when that is not the
+	// issue (missing, unknown); Detail is appended to it.
+	Problem string
+	Detail  string
+}
+
+func (e *InputError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %q: ", e.Kind, e.Name)
+	if e.Problem != "" {
+		b.WriteString(e.Problem)
+	} else {
+		fmt.Fprintf(&b, "expected %s %s, got %s %s", e.Expected.DType, FormatShape(e.Expected.Dims), e.GotDType, FormatShape(e.GotShape))
+	}
+	if e.Detail != "" {
+		b.WriteString(": ")
+		b.WriteString(e.Detail)
+	}
+	return b.String()
+}
+
+// Unwrap returns ErrInvalidInput.
+func (e *InputError) Unwrap() error { return ErrInvalidInput }
+
+// Item is one request in a batch: its inputs by name, and the names of the
+// outputs to return (all of them when Outputs is empty). Dim 0 of every
+// input is the item's row count. RunBatch reads the inputs' data during the
+// call and does not keep it.
+type Item struct {
+	Inputs  []Tensor
+	Outputs []string
+}
+
+// ItemResult is the outcome of one item: its outputs, in the order asked
+// for (model order when all), each with the item's rows only, or the error
+// that failed this item alone.
+type ItemResult struct {
+	Outputs []Tensor
+	Err     error
+}
+
+// prepared is an item that passed validation.
+type prepared struct {
+	in   []*Tensor // in model input order
+	rows int64
+	out  []int // output indexes to return
+}
+
+// RunBatch runs items and returns one result per item, in order. Items
+// whose per-item dims (every dim but dim 0, for every input) are equal are
+// concatenated along dim 0 into one tensor per input, run once, and the
+// outputs are split back by each item's row count; items with other
+// per-item dims go in other runs. An item that does not fit the model gets
+// an *InputError and is not run. When a run of several items fails, the
+// group is halved until the failing items are isolated, so only they get
+// the error. ctx is checked before every onnxruntime run; items not run
+// when it ends get ctx.Err().
+//
+// Every output is computed; Item.Outputs only selects what is returned.
+// RunBatch is safe for concurrent use.
+func (s *Session) RunBatch(ctx context.Context, items []Item) []ItemResult {
+	res := make([]ItemResult, len(items))
+	if len(items) == 0 {
+		return res
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		for i := range res {
+			res[i].Err = fmt.Errorf("runtime: model %q: %w", s.name, ErrClosed)
+		}
+		return res
+	}
+
+	nIn := len(s.info.Inputs)
+	preps := make([]prepared, len(items))
+	slots := make([]*Tensor, len(items)*nIn)
+	valid := make([]int, 0, len(items))
+	for i := range items {
+		p := &preps[i]
+		p.in = slots[i*nIn : (i+1)*nIn : (i+1)*nIn]
+		if err := s.prepare(&items[i], p); err != nil {
+			res[i].Err = err
+			continue
+		}
+		valid = append(valid, i)
+	}
+	for _, g := range s.group(preps, valid) {
+		s.runGroup(ctx, preps, g, res)
+	}
+	return res
+}
+
+// prepare validates one item against the model and fills p.
+func (s *Session) prepare(it *Item, p *prepared) error {
+	model := s.info.Inputs
+	for i := range it.Inputs {
+		t := &it.Inputs[i]
+		j := i
+		if j >= len(model) || model[j].Name != t.Name {
+			var ok bool
+			if j, ok = s.inputIdx[t.Name]; !ok {
+				return &InputError{Kind: "input", Name: t.Name, GotDType: t.DType, GotShape: t.Shape,
+					Problem: "unknown; the model takes " + listInfo(model)}
+			}
+		}
+		if p.in[j] != nil {
+			return &InputError{Kind: "input", Name: t.Name, Expected: model[j], GotDType: t.DType, GotShape: t.Shape,
+				Problem: "given twice"}
+		}
+		if err := checkInput(t, &model[j]); err != nil {
+			return err
+		}
+		p.in[j] = t
+	}
+	for j, t := range p.in {
+		if t == nil {
+			return &InputError{Kind: "input", Name: model[j].Name, Expected: model[j],
+				Problem: fmt.Sprintf("missing, expected %s %s", model[j].DType, FormatShape(model[j].Dims))}
+		}
+	}
+	p.rows = p.in[0].Shape[0]
+	for j, t := range p.in[1:] {
+		if t.Shape[0] != p.rows {
+			return &InputError{Kind: "input", Name: t.Name, Expected: model[j+1], GotDType: t.DType, GotShape: t.Shape,
+				Detail: fmt.Sprintf("dim 0 (rows) is %d but input %q has %d; every input of an item has the same rows", t.Shape[0], p.in[0].Name, p.rows)}
+		}
+	}
+	if len(it.Outputs) == 0 {
+		p.out = s.allOutputs
+		return nil
+	}
+	p.out = make([]int, len(it.Outputs))
+	for i, name := range it.Outputs {
+		k, ok := s.outputIdx[name]
+		if !ok {
+			return &InputError{Kind: "output", Name: name, Problem: "unknown; the model outputs " + listInfo(s.info.Outputs)}
+		}
+		p.out[i] = k
+	}
+	return nil
+}
+
+// checkInput compares one tensor with the model's declaration.
+func checkInput(t *Tensor, mi *TensorInfo) *InputError {
+	mismatch := func(detail string) *InputError {
+		return &InputError{Kind: "input", Name: t.Name, Expected: *mi, GotDType: t.DType, GotShape: t.Shape, Detail: detail}
+	}
+	if t.DType != mi.DType || len(t.Shape) != len(mi.Dims) {
+		return mismatch("")
+	}
+	for j, d := range mi.Dims {
+		if d >= 0 && t.Shape[j] != d {
+			return mismatch("")
+		}
+		if t.Shape[j] < 1 {
+			return mismatch("every dim must be at least 1")
+		}
+	}
+	n := NumElements(t.Shape)
+	if n < 0 {
+		return mismatch("too many elements")
+	}
+	if t.DType != BYTES {
+		if want := n * int64(t.DType.Size()); int64(len(t.Data)) != want {
+			return mismatch(fmt.Sprintf("data is %d bytes, the shape needs %d", len(t.Data), want))
+		}
+		return nil
+	}
+	var k int64
+	for b := t.Data; len(b) > 0; k++ {
+		e, rest, err := nextBytesElement(b)
+		if err != nil {
+			return mismatch(err.Error())
+		}
+		if bytes.IndexByte(e, 0) >= 0 {
+			return mismatch(fmt.Sprintf("BYTES element %d holds a NUL byte; onnxruntime_go v1.35.0 passes strings to onnxruntime as C strings, which end there", k))
+		}
+		b = rest
+	}
+	if k != n {
+		return mismatch(fmt.Sprintf("data holds %d BYTES elements, the shape needs %d", k, n))
+	}
+	return nil
+}
+
+func listInfo(l []TensorInfo) string {
+	parts := make([]string, len(l))
+	for i, t := range l {
+		parts[i] = t.String()
+	}
+	return strings.Join(parts, ", ")
+}
+
+// group splits the valid items into runs: items whose per-item dims match,
+// in order of first appearance. Each group is a slice of item indexes; all
+// groups share one backing array.
+func (s *Session) group(preps []prepared, valid []int) [][]int {
+	if len(valid) == 0 {
+		return nil
+	}
+	if !s.batchable || s.noBatching.Load() {
+		groups := make([][]int, len(valid))
+		for i := range valid {
+			groups[i] = valid[i : i+1 : i+1]
+		}
+		return groups
+	}
+	reps := make([]int, 0, 4) // first item of each group
+	gid := make([]int, len(valid))
+	counts := make([]int, 0, 4)
+	for i, v := range valid {
+		g := -1
+		for r, rep := range reps {
+			if samePerItemDims(&preps[rep], &preps[v]) {
+				g = r
+				break
+			}
+		}
+		if g < 0 {
+			g = len(reps)
+			reps = append(reps, v)
+			counts = append(counts, 0)
+		}
+		gid[i] = g
+		counts[g]++
+	}
+	if len(reps) == 1 {
+		return [][]int{valid}
+	}
+	order := make([]int, len(valid))
+	starts := make([]int, len(reps))
+	for g := 1; g < len(reps); g++ {
+		starts[g] = starts[g-1] + counts[g-1]
+	}
+	groups := make([][]int, len(reps))
+	for g := range reps {
+		groups[g] = order[starts[g] : starts[g] : starts[g]+counts[g]]
+	}
+	for i, v := range valid {
+		groups[gid[i]] = append(groups[gid[i]], v)
+	}
+	return groups
+}
+
+func samePerItemDims(a, b *prepared) bool {
+	for j, t := range a.in {
+		u := b.in[j]
+		for k := 1; k < len(t.Shape); k++ {
+			if t.Shape[k] != u.Shape[k] {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// runGroup runs one group and stores each member's result.
+func (s *Session) runGroup(ctx context.Context, preps []prepared, members []int, res []ItemResult) {
+	if err := ctx.Err(); err != nil {
+		for _, m := range members {
+			res[m].Err = err
+		}
+		return
+	}
+	outs, err := s.runOnce(preps, members)
+	if err != nil {
+		if len(members) > 1 {
+			h := len(members) / 2
+			s.runGroup(ctx, preps, members[:h], res)
+			s.runGroup(ctx, preps, members[h:], res)
+			return
+		}
+		res[members[0]].Err = err
+		return
+	}
+	if len(members) == 1 {
+		res[members[0]].Outputs = s.pick(outs, preps[members[0]].out)
+		return
+	}
+	if err := s.split(outs, preps, members, res); err != nil {
+		// An output whose dim 0 does not follow the batch: this model
+		// cannot be batched. Say so once and run items one by one.
+		if s.noBatching.CompareAndSwap(false, true) {
+			s.logger.Warn("model outputs do not follow the batch dim; batching off", "model", s.name, "error", err)
+		}
+		for i := range members {
+			s.runGroup(ctx, preps, members[i:i+1], res)
+		}
+	}
+}
+
+// pick returns the selected outputs of a single-item run.
+func (s *Session) pick(outs []Tensor, sel []int) []Tensor {
+	if len(sel) == len(outs) {
+		identity := true
+		for i, k := range sel {
+			identity = identity && i == k
+		}
+		if identity {
+			return outs
+		}
+	}
+	r := make([]Tensor, len(sel))
+	for i, k := range sel {
+		r[i] = outs[k]
+	}
+	return r
+}
+
+// runOnce assembles the members' inputs, runs them once and returns every
+// output for the whole group.
+func (s *Session) runOnce(preps []prepared, members []int) ([]Tensor, error) {
+	var rows int64
+	for _, m := range members {
+		rows += preps[m].rows
+	}
+	ins := make([]ort.Value, len(s.info.Inputs))
+	defer destroyAll(ins)
+	for j := range ins {
+		v, err := s.assembleInput(j, preps, members, rows)
+		if err != nil {
+			return nil, fmt.Errorf("runtime: model %q: input %q: %w", s.name, s.info.Inputs[j].Name, err)
+		}
+		ins[j] = v
+	}
+
+	plan, guessed := s.outputPlan(rows)
+	outs, truncated, err := s.runWith(ins, plan)
+	if err != nil && guessed {
+		// A pre-allocated [rows, ...] output may not follow the batch (a
+		// dynamic dim 0 that counts something else): let onnxruntime
+		// allocate, and stop guessing if that works.
+		var err2 error
+		if outs, truncated, err2 = s.runWith(ins, nil); err2 == nil {
+			s.noPrealloc.Store(true)
+			s.logger.Warn("pre-allocated outputs refused; outputs left to onnxruntime", "model", s.name, "error", err)
+			err = nil
+		}
+	}
+	if err == nil && truncated {
+		// onnxruntime_go v1.35.0 copies onnxruntime-allocated FLOAT16
+		// outputs with one byte per element (createTensorFromOrtValue),
+		// losing half. Now that the shapes are known, run again into
+		// buffers of the right size.
+		plan = make([][]int64, len(outs))
+		for k, o := range outs {
+			if o.DType != BYTES {
+				plan[k] = o.Shape
+			}
+		}
+		outs, _, err = s.runWith(ins, plan)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("runtime: model %q: run %d items (%d rows) on %s: %w", s.name, len(members), rows, s.device, err)
+	}
+	return outs, nil
+}
+
+// assembleInput builds input j for the group: the members' rows
+// concatenated along dim 0 into one new buffer, or the single member's own
+// data when there is one.
+func (s *Session) assembleInput(j int, preps []prepared, members []int, rows int64) (ort.Value, error) {
+	mi := &s.info.Inputs[j]
+	first := preps[members[0]].in[j]
+	shape := make(ort.Shape, len(first.Shape))
+	copy(shape, first.Shape)
+	shape[0] = rows
+	if mi.DType == BYTES {
+		strs := make([]string, 0, NumElements(shape))
+		for _, m := range members {
+			for b := preps[m].in[j].Data; len(b) > 0; {
+				e, rest, _ := nextBytesElement(b) // checked by checkInput
+				strs = append(strs, string(e))
+				b = rest
+			}
+		}
+		st, err := ort.NewStringTensor(shape)
+		if err != nil {
+			return nil, err
+		}
+		if err := st.SetContents(strs); err != nil {
+			_ = st.Destroy()
+			return nil, err
+		}
+		return st, nil
+	}
+	data := first.Data
+	if len(members) > 1 {
+		n := 0
+		for _, m := range members {
+			n += len(preps[m].in[j].Data)
+		}
+		data = make([]byte, n)
+		off := 0
+		for _, m := range members {
+			off += copy(data[off:], preps[m].in[j].Data)
+		}
+	}
+	return ort.NewCustomDataTensor(shape, data, mi.DType.ortType())
+}
+
+// outputPlan returns, per output, the shape to pre-allocate for a run of
+// rows rows, or nil to let onnxruntime allocate: outputs whose dims are
+// static apart from a dynamic dim 0 (taken to be the batch) are
+// pre-allocated. guessed says whether a dynamic dim 0 was taken as rows.
+func (s *Session) outputPlan(rows int64) (plan [][]int64, guessed bool) {
+	if s.noPrealloc.Load() {
+		return nil, false
+	}
+	plan = make([][]int64, len(s.info.Outputs))
+	for k, o := range s.info.Outputs {
+		if o.DType == BYTES || len(o.Dims) == 0 {
+			continue
+		}
+		shape := make([]int64, len(o.Dims))
+		ok := true
+		for j, d := range o.Dims {
+			switch {
+			case d >= 0:
+				shape[j] = d
+			case j == 0:
+				shape[j] = rows
+			default:
+				ok = false
+			}
+		}
+		if ok && NumElements(shape) > 0 {
+			plan[k] = shape
+			guessed = guessed || o.Dims[0] < 0
+		}
+	}
+	return plan, guessed
+}
+
+// runWith runs the session once, writing into pre-allocated buffers where
+// plan has a shape and letting onnxruntime allocate elsewhere; it returns
+// every output as a Tensor whose data is Go memory. truncated reports an
+// onnxruntime-allocated output whose data is shorter than its shape needs.
+func (s *Session) runWith(ins []ort.Value, plan [][]int64) (outs []Tensor, truncated bool, err error) {
+	vals := make([]ort.Value, len(s.info.Outputs))
+	defer destroyAll(vals)
+	outs = make([]Tensor, len(vals))
+	for k, o := range s.info.Outputs {
+		outs[k] = Tensor{Name: o.Name, DType: o.DType}
+		if k >= len(plan) || plan[k] == nil {
+			continue
+		}
+		buf := make([]byte, NumElements(plan[k])*int64(o.DType.Size()))
+		v, err := ort.NewCustomDataTensor(plan[k], buf, o.DType.ortType())
+		if err != nil {
+			return nil, false, fmt.Errorf("output %q: %w", o.Name, err)
+		}
+		vals[k] = v
+		outs[k].Shape, outs[k].Data = plan[k], buf
+	}
+	if err := s.sess.Run(ins, vals); err != nil {
+		return nil, false, err
+	}
+	for k := range vals {
+		if outs[k].Data != nil {
+			continue // pre-allocated
+		}
+		v := vals[k]
+		if v == nil {
+			return nil, false, fmt.Errorf("output %q: onnxruntime returned nothing", outs[k].Name)
+		}
+		outs[k].Shape = v.GetShape()
+		data, err := valueBytes(v)
+		if err != nil {
+			return nil, false, fmt.Errorf("output %q: %w", outs[k].Name, err)
+		}
+		outs[k].Data = data
+		if outs[k].DType != BYTES && int64(len(data)) != NumElements(outs[k].Shape)*int64(outs[k].DType.Size()) {
+			truncated = true
+		}
+	}
+	return outs, truncated, nil
+}
+
+// valueBytes returns an onnxruntime_go output's data as bytes. onnxruntime_go
+// has already copied onnxruntime's memory into a Go slice (it releases the
+// original), so numeric data is viewed, not copied again; strings are
+// encoded as BYTES.
+func valueBytes(v ort.Value) ([]byte, error) {
+	switch t := v.(type) {
+	case *ort.Tensor[float32]:
+		return asBytes(t.GetData()), nil
+	case *ort.Tensor[float64]:
+		return asBytes(t.GetData()), nil
+	case *ort.Tensor[int64]:
+		return asBytes(t.GetData()), nil
+	case *ort.Tensor[int32]:
+		return asBytes(t.GetData()), nil
+	case *ort.Tensor[int16]:
+		return asBytes(t.GetData()), nil
+	case *ort.Tensor[int8]:
+		return asBytes(t.GetData()), nil
+	case *ort.Tensor[uint64]:
+		return asBytes(t.GetData()), nil
+	case *ort.Tensor[uint32]:
+		return asBytes(t.GetData()), nil
+	case *ort.Tensor[uint16]:
+		return asBytes(t.GetData()), nil
+	case *ort.Tensor[uint8]:
+		return asBytes(t.GetData()), nil
+	case *ort.Tensor[bool]:
+		return asBytes(t.GetData()), nil
+	case *ort.CustomDataTensor:
+		return t.GetData(), nil
+	case *ort.StringTensor:
+		strs, err := t.GetContents()
+		if err != nil {
+			return nil, err
+		}
+		n := 0
+		for _, s := range strs {
+			n += 4 + len(s)
+		}
+		b := make([]byte, 0, n)
+		for _, s := range strs {
+			b = appendBytesElement(b, s)
+		}
+		return b, nil
+	}
+	return nil, fmt.Errorf("unexpected onnxruntime_go value %T", v)
+}
+
+func destroyAll(vals []ort.Value) {
+	for _, v := range vals {
+		if v != nil {
+			_ = v.Destroy()
+		}
+	}
+}
+
+// split hands each member its rows of every output it asked for. The
+// members' outputs are capped sub-slices of the group's buffers.
+func (s *Session) split(outs []Tensor, preps []prepared, members []int, res []ItemResult) error {
+	var rows int64
+	for _, m := range members {
+		rows += preps[m].rows
+	}
+	// Byte offset of each member's first row, per output, plus the end.
+	bounds := make([]int, len(outs)*(len(members)+1))
+	nShape, nOut := 0, 0
+	for k, o := range outs {
+		if len(o.Shape) == 0 || o.Shape[0] != rows {
+			return fmt.Errorf("output %q has shape %s for a batch of %d rows", o.Name, FormatShape(o.Shape), rows)
+		}
+		b := bounds[k*(len(members)+1) : (k+1)*(len(members)+1)]
+		perRow := NumElements(o.Shape[1:])
+		if o.DType != BYTES {
+			rowBytes := int(perRow) * o.DType.Size()
+			off := 0
+			for i, m := range members {
+				b[i] = off
+				off += int(preps[m].rows) * rowBytes
+			}
+			b[len(members)] = off
+			continue
+		}
+		data, off := o.Data, 0
+		for i, m := range members {
+			b[i] = off
+			for e := int64(0); e < preps[m].rows*perRow; e++ {
+				_, rest, err := nextBytesElement(data)
+				if err != nil {
+					return fmt.Errorf("output %q: %w", o.Name, err)
+				}
+				off += len(data) - len(rest)
+				data = rest
+			}
+		}
+		b[len(members)] = off
+	}
+	for _, m := range members {
+		nOut += len(preps[m].out)
+		for _, k := range preps[m].out {
+			nShape += len(outs[k].Shape)
+		}
+	}
+	tensors := make([]Tensor, 0, nOut)
+	shapes := make([]int64, 0, nShape)
+	for i, m := range members {
+		start := len(tensors)
+		for _, k := range preps[m].out {
+			o := &outs[k]
+			b := bounds[k*(len(members)+1):]
+			lo, hi := b[i], b[i+1]
+			at := len(shapes)
+			shapes = append(shapes, preps[m].rows)
+			shapes = append(shapes, o.Shape[1:]...)
+			tensors = append(tensors, Tensor{
+				Name:  o.Name,
+				DType: o.DType,
+				Shape: shapes[at:len(shapes):len(shapes)],
+				Data:  o.Data[lo:hi:hi],
+			})
+		}
+		res[m].Outputs = tensors[start:len(tensors):len(tensors)]
+	}
+	return nil
+}

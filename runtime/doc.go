@@ -1,0 +1,20 @@
+// Package runtime runs ONNX models through onnxruntime (via
+// github.com/yalue/onnxruntime_go): it locates the shared library, owns the
+// process-wide onnxruntime environment, opens one Session per model file and
+// device (CPU, or a CUDA GPU through the CUDA execution provider), and turns
+// a list of independent requests into as few onnxruntime runs as possible:
+// items whose per-item dims match are concatenated along dim 0, run once,
+// and the outputs are split back per item.
+//
+// Tensors are raw little-endian row-major bytes tagged with an Open Inference
+// Protocol datatype (see DType), which is what the binary wire format carries
+// and what onnxruntime reads, so a request's bytes reach onnxruntime with at
+// most the one copy that concatenation needs.
+//
+// Errors about a request (wrong datatype, rank or dims, missing or unknown
+// input, unknown output) are *InputError values that wrap ErrInvalidInput;
+// they are per item, so one bad item never fails its neighbours.
+//
+// Nothing here reads the environment or flags: cmd/inferq passes the
+// INFERQ_ORT_LIB value and the executable's directory to LocateLibrary.
+package runtime

@@ -1,0 +1,114 @@
+package runtime_test
+
+import (
+	"bytes"
+	"math"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"testing"
+
+	"github.com/inferq/inferq/models/examples"
+	"github.com/inferq/inferq/runtime"
+)
+
+// libPath finds the onnxruntime library the way the tests are told to:
+// INFERQ_ORT_LIB, else ../lib.
+func libPath() (string, error) {
+	return runtime.LocateLibrary(runtime.LibrarySearch{Env: os.Getenv("INFERQ_ORT_LIB"), WorkDir: ".."})
+}
+
+// newEnv returns an Env closed at cleanup, or skips t when the library is
+// absent.
+func newEnv(t testing.TB) *runtime.Env {
+	t.Helper()
+	p, err := libPath()
+	if err != nil {
+		t.Skipf("onnxruntime library not available (set INFERQ_ORT_LIB or run `make setup`): %v", err)
+	}
+	env, err := runtime.NewEnv(p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := env.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return env
+}
+
+// newSession opens model on the CPU with one intra-op thread (the CPUs are
+// shared), closed at cleanup.
+func newSession(t testing.TB, env *runtime.Env, name string, model []byte) *runtime.Session {
+	t.Helper()
+	s, err := runtime.NewSession(env, runtime.SessionConfig{Name: name, Model: model, IntraOpThreads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return s
+}
+
+// resnet18 is generated once per test binary: it takes seconds.
+var resnet18 = sync.OnceValue(examples.ResNet18)
+
+func randFloats(r *rand.Rand, n int) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(r.NormFloat64())
+	}
+	return v
+}
+
+func mlpItem(r *rand.Rand, rows int) runtime.Item {
+	return runtime.Item{Inputs: []runtime.Tensor{
+		runtime.NewTensor("x", []int64{int64(rows), examples.MLPInputs}, randFloats(r, rows*examples.MLPInputs)),
+	}}
+}
+
+func multiTypeItem(r *rand.Rand, rows int) runtime.Item {
+	ids := make([]int64, rows*examples.MultiTypeIDs)
+	for i := range ids {
+		ids[i] = r.Int64N(1000) - 500
+	}
+	return runtime.Item{Inputs: []runtime.Tensor{
+		// Not in model order, on purpose.
+		runtime.NewTensor("x", []int64{int64(rows), examples.MultiTypeX}, randFloats(r, rows*examples.MultiTypeX)),
+		runtime.NewTensor("ids", []int64{int64(rows), examples.MultiTypeIDs}, ids),
+	}}
+}
+
+// sameTensors reports the first difference between got and want: names,
+// dtypes and shapes exactly, floating point data within a relative
+// tolerance (batched kernels may sum in another order), the rest exactly.
+func sameTensors(t testing.TB, what string, got, want []runtime.Tensor) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d outputs, want %d", what, len(got), len(want))
+	}
+	for i := range got {
+		g, w := got[i], want[i]
+		if g.Name != w.Name || g.DType != w.DType || runtime.FormatShape(g.Shape) != runtime.FormatShape(w.Shape) {
+			t.Fatalf("%s: output %d is %s, want %s", what, i, g, w)
+		}
+		switch g.DType {
+		case runtime.FP32:
+			gv, _ := runtime.Values[float32](g)
+			wv, _ := runtime.Values[float32](w)
+			for j := range gv {
+				if d := math.Abs(float64(gv[j] - wv[j])); d > 1e-4*math.Max(1, math.Abs(float64(wv[j]))) {
+					t.Fatalf("%s: %s[%d] = %v, want %v", what, g.Name, j, gv[j], wv[j])
+				}
+			}
+		default:
+			if !bytes.Equal(g.Data, w.Data) {
+				t.Fatalf("%s: %s data differs:\n got %v\nwant %v", what, g.Name, g.Data, w.Data)
+			}
+		}
+	}
+}

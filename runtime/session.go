@@ -1,0 +1,480 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	goruntime "runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	ort "github.com/yalue/onnxruntime_go"
+)
+
+// ErrProviderUnavailable is wrapped by NewSession's error when the execution
+// provider a device needs (CUDA) cannot be loaded or configured.
+var ErrProviderUnavailable = errors.New("runtime: execution provider unavailable")
+
+// DeviceKind is where a session runs.
+type DeviceKind uint8
+
+// Device kinds.
+const (
+	// KindCPU runs on onnxruntime's CPU execution provider.
+	KindCPU DeviceKind = iota
+	// KindCUDA runs on one GPU through the CUDA execution provider.
+	KindCUDA
+)
+
+// Device is one concrete device: the CPU, or CUDA GPU Index. The zero value
+// is the CPU.
+type Device struct {
+	Kind  DeviceKind
+	Index int // GPU index for KindCUDA
+}
+
+// CPU returns the CPU device.
+func CPU() Device { return Device{Kind: KindCPU} }
+
+// CUDA returns CUDA GPU i.
+func CUDA(i int) Device { return Device{Kind: KindCUDA, Index: i} }
+
+// String returns "cpu" or "cuda:N".
+func (d Device) String() string {
+	if d.Kind == KindCUDA {
+		return "cuda:" + strconv.Itoa(d.Index)
+	}
+	return "cpu"
+}
+
+// ParseDevice reads "cpu", "cuda" (GPU 0) or "cuda:N".
+func ParseDevice(s string) (Device, error) {
+	v := strings.ToLower(strings.TrimSpace(s))
+	switch {
+	case v == "cpu":
+		return CPU(), nil
+	case v == "cuda":
+		return CUDA(0), nil
+	case strings.HasPrefix(v, "cuda:"):
+		i, err := strconv.Atoi(v[len("cuda:"):])
+		if err == nil && i >= 0 {
+			return CUDA(i), nil
+		}
+	}
+	return Device{}, fmt.Errorf("runtime: %q is not a device: want cpu, cuda or cuda:N", s)
+}
+
+// SessionConfig configures one session: one model on one device. The zero
+// value of every optional field picks the default.
+type SessionConfig struct {
+	// Name names the model in errors and logs; default: the file name
+	// without its extension.
+	Name string
+	// Path is the .onnx file. Model holds the model instead when Path is
+	// empty.
+	Path  string
+	Model []byte
+	// Device is the CPU (zero value) or a CUDA GPU.
+	Device Device
+
+	// CPUs is the number of cores the process may use; default
+	// runtime.NumCPU().
+	CPUs int
+	// ConcurrentSessions is the number of sessions that run at the same
+	// time in this process and share CPUs; default 1.
+	ConcurrentSessions int
+	// IntraOpThreads is onnxruntime's intra-op thread count; default
+	// CPUs / ConcurrentSessions, at least 1.
+	IntraOpThreads int
+	// NoSpin stops onnxruntime's worker threads from spinning while they
+	// wait for work (session.intra_op.allow_spinning=0): less CPU burnt
+	// when sessions share cores, a little more latency per run.
+	NoSpin bool
+
+	// GPUMemLimit caps the CUDA arena in bytes (gpu_mem_limit); 0: none.
+	GPUMemLimit int64
+	// CUDNNConvAlgoSearch is EXHAUSTIVE, HEURISTIC or DEFAULT
+	// (cudnn_conv_algo_search); empty: onnxruntime's default, EXHAUSTIVE.
+	CUDNNConvAlgoSearch string
+
+	// Logger receives session events; default: the Env's logger.
+	Logger *slog.Logger
+}
+
+func (c *SessionConfig) setDefaults(envLogger *slog.Logger) {
+	if c.Name == "" && c.Path != "" {
+		base := filepath.Base(c.Path)
+		c.Name = strings.TrimSuffix(base, filepath.Ext(base))
+	}
+	if c.Name == "" {
+		c.Name = "model"
+	}
+	if c.CPUs <= 0 {
+		c.CPUs = goruntime.NumCPU()
+	}
+	if c.ConcurrentSessions <= 0 {
+		c.ConcurrentSessions = 1
+	}
+	if c.IntraOpThreads <= 0 {
+		c.IntraOpThreads = max(1, c.CPUs/c.ConcurrentSessions)
+	}
+	if c.Logger == nil {
+		c.Logger = envLogger
+	}
+}
+
+// Validate reports the first field that cannot work.
+func (c SessionConfig) Validate() error {
+	if c.Path == "" && len(c.Model) == 0 {
+		return fmt.Errorf("runtime: model %q: neither a path nor model bytes", c.Name)
+	}
+	switch c.Device.Kind {
+	case KindCPU:
+	case KindCUDA:
+		if c.Device.Index < 0 {
+			return fmt.Errorf("runtime: model %q: negative GPU index %d", c.Name, c.Device.Index)
+		}
+	default:
+		return fmt.Errorf("runtime: model %q: unknown device kind %d", c.Name, c.Device.Kind)
+	}
+	if c.GPUMemLimit < 0 {
+		return fmt.Errorf("runtime: model %q: negative gpu_mem_limit %d", c.Name, c.GPUMemLimit)
+	}
+	switch strings.ToUpper(c.CUDNNConvAlgoSearch) {
+	case "", "EXHAUSTIVE", "HEURISTIC", "DEFAULT":
+	default:
+		return fmt.Errorf("runtime: model %q: cudnn_conv_algo_search %q: want EXHAUSTIVE, HEURISTIC or DEFAULT", c.Name, c.CUDNNConvAlgoSearch)
+	}
+	return nil
+}
+
+// TensorInfo describes one model input or output.
+type TensorInfo struct {
+	Name string
+	// DType is DTypeInvalid when the element type is one inferq does not
+	// carry (see ONNXType).
+	DType DType
+	// Dims has -1 for each dynamic (symbolic or unknown) dim.
+	Dims []int64
+	// ONNXType is onnxruntime's name for the element type (FLOAT, INT64,
+	// STRING, BFLOAT16...), or the value kind for non-tensors (SEQUENCE,
+	// MAP...).
+	ONNXType string
+}
+
+// String returns `x FP32 [-1,16]`.
+func (t TensorInfo) String() string {
+	dt := t.DType.String()
+	if !t.DType.Valid() {
+		dt = t.ONNXType
+	}
+	return fmt.Sprintf("%s %s %s", t.Name, dt, FormatShape(t.Dims))
+}
+
+// ModelInfo lists a model's inputs and outputs in the model's order.
+type ModelInfo struct {
+	Inputs  []TensorInfo
+	Outputs []TensorInfo
+}
+
+func modelInfoFrom(in, out []ort.InputOutputInfo) ModelInfo {
+	conv := func(l []ort.InputOutputInfo) []TensorInfo {
+		r := make([]TensorInfo, len(l))
+		for i, v := range l {
+			ti := TensorInfo{Name: v.Name, Dims: append([]int64{}, v.Dimensions...)}
+			if v.OrtValueType == ort.ONNXTypeTensor {
+				ti.ONNXType = onnxTypeName(v.DataType)
+				ti.DType, _ = DTypeFromONNX(int32(v.DataType))
+			} else {
+				ti.ONNXType = strings.TrimPrefix(v.OrtValueType.String(), "ONNX_TYPE_")
+				ti.Dims = nil
+			}
+			for j, d := range ti.Dims {
+				if d < 0 {
+					ti.Dims[j] = -1
+				}
+			}
+			r[i] = ti
+		}
+		return r
+	}
+	return ModelInfo{Inputs: conv(in), Outputs: conv(out)}
+}
+
+// Session is one onnxruntime session: one model on one device.
+//
+// Run, RunBatch and Warmup are safe for concurrent use (onnxruntime's Run
+// is); each call runs on the caller's goroutine and blocks until
+// onnxruntime returns. A run cannot be cancelled once started, so the
+// context is checked before each onnxruntime run. Close waits for runs in
+// flight.
+type Session struct {
+	name    string
+	device  Device
+	threads int
+	info    ModelInfo
+	logger  *slog.Logger
+	env     *Env
+
+	sess       *ort.DynamicAdvancedSession
+	inputIdx   map[string]int
+	outputIdx  map[string]int
+	allOutputs []int
+	// batchable: every input has a dynamic dim 0, so items can be
+	// concatenated along it.
+	batchable bool
+	// noPrealloc is set when a model's output with a dynamic dim 0 turned
+	// out not to follow the batch (pre-allocating it failed), so outputs
+	// are left to onnxruntime from then on.
+	noPrealloc atomic.Bool
+	// noBatching is set when an output's dim 0 turned out not to follow
+	// the batch, so items are run one by one from then on.
+	noBatching atomic.Bool
+
+	mu     sync.RWMutex // read-held by runs, write-held by Close
+	closed bool
+}
+
+// NewSession opens cfg's model on cfg.Device. The session holds a
+// reference on the environment until Close. Asking for CUDA where the CUDA
+// execution provider cannot load returns an error that wraps
+// ErrProviderUnavailable and names the model and onnxruntime's message.
+func NewSession(env *Env, cfg SessionConfig) (*Session, error) {
+	if env == nil {
+		return nil, errors.New("runtime: NewSession: nil Env")
+	}
+	cfg.setDefaults(env.logger)
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := env.acquire(); err != nil {
+		return nil, fmt.Errorf("runtime: model %q: %w", cfg.Name, err)
+	}
+	s, err := newSession(env, cfg)
+	if err != nil {
+		_ = releaseORT(env.logger)
+		return nil, err
+	}
+	return s, nil
+}
+
+func newSession(env *Env, cfg SessionConfig) (*Session, error) {
+	var info ModelInfo
+	var err error
+	if cfg.Path != "" {
+		info, err = env.inspect(cfg.Path, nil)
+	} else {
+		info, err = env.inspect("", cfg.Model)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("runtime: model %q: %w", cfg.Name, err)
+	}
+	if err := checkServable(info); err != nil {
+		return nil, fmt.Errorf("runtime: model %q: %w", cfg.Name, err)
+	}
+
+	opts, err := ort.NewSessionOptions()
+	if err != nil {
+		return nil, fmt.Errorf("runtime: model %q: session options: %w", cfg.Name, err)
+	}
+	defer func() { _ = opts.Destroy() }()
+	if err := configureCPU(opts, cfg); err != nil {
+		return nil, fmt.Errorf("runtime: model %q: session options: %w", cfg.Name, err)
+	}
+
+	s := &Session{
+		name:      cfg.Name,
+		device:    cfg.Device,
+		threads:   cfg.IntraOpThreads,
+		info:      info,
+		logger:    cfg.Logger,
+		env:       env,
+		inputIdx:  make(map[string]int, len(info.Inputs)),
+		outputIdx: make(map[string]int, len(info.Outputs)),
+		batchable: true,
+	}
+	inNames := make([]string, len(info.Inputs))
+	for i, in := range info.Inputs {
+		inNames[i] = in.Name
+		s.inputIdx[in.Name] = i
+		if len(in.Dims) == 0 || in.Dims[0] != -1 {
+			s.batchable = false
+		}
+	}
+	outNames := make([]string, len(info.Outputs))
+	for i, out := range info.Outputs {
+		outNames[i] = out.Name
+		s.outputIdx[out.Name] = i
+		s.allOutputs = append(s.allOutputs, i)
+	}
+
+	create := func() error {
+		var err error
+		if cfg.Path != "" {
+			s.sess, err = ort.NewDynamicAdvancedSession(cfg.Path, inNames, outNames, opts)
+		} else {
+			s.sess, err = ort.NewDynamicAdvancedSessionWithONNXData(cfg.Model, inNames, outNames, opts)
+		}
+		return err
+	}
+	if cfg.Device.Kind == KindCUDA {
+		err = withSignalHandlersKept(s.logger, func() error {
+			if err := appendCUDA(opts, cfg); err != nil {
+				return fmt.Errorf("%w: model %q: CUDA execution provider for %s: %w", ErrProviderUnavailable, cfg.Name, cfg.Device, err)
+			}
+			if err := create(); err != nil {
+				return fmt.Errorf("runtime: model %q: create session on %s: %w", cfg.Name, cfg.Device, err)
+			}
+			return nil
+		})
+	} else if err = create(); err != nil {
+		err = fmt.Errorf("runtime: model %q: create session: %w", cfg.Name, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.logger.Info("session created", "model", s.name, "device", s.device.String(),
+		"intra_op_threads", s.threads, "inputs", len(info.Inputs), "outputs", len(info.Outputs), "batchable", s.batchable)
+	return s, nil
+}
+
+// checkServable refuses models whose inputs or outputs cannot travel as
+// Tensors.
+func checkServable(info ModelInfo) error {
+	for _, in := range info.Inputs {
+		if !in.DType.Valid() {
+			return fmt.Errorf("%w: input %q is %s", ErrUnsupportedDType, in.Name, in.ONNXType)
+		}
+		if len(in.Dims) == 0 {
+			// onnxruntime_go builds raw-byte tensors through Shape.Validate,
+			// which refuses rank 0.
+			return fmt.Errorf("input %q is a scalar; only tensors of rank >= 1 can be passed", in.Name)
+		}
+	}
+	for _, out := range info.Outputs {
+		if !out.DType.Valid() {
+			return fmt.Errorf("%w: output %q is %s", ErrUnsupportedDType, out.Name, out.ONNXType)
+		}
+	}
+	return nil
+}
+
+func configureCPU(opts *ort.SessionOptions, cfg SessionConfig) error {
+	if err := opts.SetExecutionMode(ort.ExecutionModeSequential); err != nil {
+		return fmt.Errorf("execution mode: %w", err)
+	}
+	if err := opts.SetIntraOpNumThreads(cfg.IntraOpThreads); err != nil {
+		return fmt.Errorf("intra-op threads: %w", err)
+	}
+	if err := opts.SetInterOpNumThreads(1); err != nil {
+		return fmt.Errorf("inter-op threads: %w", err)
+	}
+	if cfg.NoSpin {
+		if err := opts.AddSessionConfigEntry("session.intra_op.allow_spinning", "0"); err != nil {
+			return fmt.Errorf("allow_spinning: %w", err)
+		}
+	}
+	return nil
+}
+
+func appendCUDA(opts *ort.SessionOptions, cfg SessionConfig) error {
+	cuda, err := ort.NewCUDAProviderOptions()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = cuda.Destroy() }()
+	o := map[string]string{"device_id": strconv.Itoa(cfg.Device.Index)}
+	if cfg.GPUMemLimit > 0 {
+		o["gpu_mem_limit"] = strconv.FormatInt(cfg.GPUMemLimit, 10)
+	}
+	if cfg.CUDNNConvAlgoSearch != "" {
+		o["cudnn_conv_algo_search"] = strings.ToUpper(cfg.CUDNNConvAlgoSearch)
+	}
+	if err := cuda.Update(o); err != nil {
+		return err
+	}
+	return opts.AppendExecutionProviderCUDA(cuda)
+}
+
+// Name returns the model name given in the config.
+func (s *Session) Name() string { return s.name }
+
+// Device returns the device the session runs on.
+func (s *Session) Device() Device { return s.device }
+
+// Info returns the model's inputs and outputs. The caller must not modify
+// the returned slices.
+func (s *Session) Info() ModelInfo { return s.info }
+
+// IntraOpThreads returns the thread count onnxruntime was given.
+func (s *Session) IntraOpThreads() int { return s.threads }
+
+// LogValue describes the session in logs.
+func (s *Session) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("model", s.name), slog.String("device", s.device.String()))
+}
+
+// Close waits for runs in flight, releases the onnxruntime session and
+// drops its reference on the environment. Close is idempotent.
+func (s *Session) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	err := s.sess.Destroy()
+	if rerr := releaseORT(s.logger); err == nil {
+		err = rerr
+	}
+	if err != nil {
+		return fmt.Errorf("runtime: model %q: close: %w", s.name, err)
+	}
+	return nil
+}
+
+// Run runs one item: inputs by name, and the outputs to return (all when
+// none are named). A request error is an *InputError.
+func (s *Session) Run(ctx context.Context, inputs []Tensor, outputs ...string) ([]Tensor, error) {
+	r := s.RunBatch(ctx, []Item{{Inputs: inputs, Outputs: outputs}})
+	return r[0].Outputs, r[0].Err
+}
+
+// Warmup runs one synthetic item of batch rows (zeros; empty strings for
+// BYTES), with every dynamic dim other than dim 0 taken as 1, so that
+// onnxruntime allocates its arenas and picks its kernels before real
+// traffic arrives.
+func (s *Session) Warmup(ctx context.Context, batch int) error {
+	if batch < 1 {
+		batch = 1
+	}
+	in := make([]Tensor, len(s.info.Inputs))
+	for i, mi := range s.info.Inputs {
+		shape := make([]int64, len(mi.Dims))
+		for j, d := range mi.Dims {
+			switch {
+			case d >= 0:
+				shape[j] = d
+			case j == 0:
+				shape[j] = int64(batch)
+			default:
+				shape[j] = 1
+			}
+		}
+		n := NumElements(shape)
+		size := int64(mi.DType.Size())
+		if mi.DType == BYTES {
+			size = 4 // a zero length per element
+		}
+		in[i] = Tensor{Name: mi.Name, DType: mi.DType, Shape: shape, Data: make([]byte, n*size)}
+	}
+	if _, err := s.Run(ctx, in); err != nil {
+		return fmt.Errorf("runtime: model %q: warm-up with batch %d: %w", s.name, batch, err)
+	}
+	s.logger.Debug("session warmed up", "model", s.name, "device", s.device.String(), "batch", batch)
+	return nil
+}
