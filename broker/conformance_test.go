@@ -9,7 +9,9 @@ package broker_test
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"net"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -30,11 +32,17 @@ type target struct {
 // KUBEMQ_ADDRESS is set, the real one.
 func targets(t *testing.T) []*target {
 	t.Helper()
+	return newTargets(t)
+}
+
+// newTargets is targets for any testing.TB (benchmarks use it too).
+func newTargets(tb testing.TB) []*target {
+	tb.Helper()
 	srv := broker.New(broker.Options{})
 	if err := srv.Start("127.0.0.1:0"); err != nil {
-		t.Fatalf("start embedded broker: %v", err)
+		tb.Fatalf("start embedded broker: %v", err)
 	}
-	t.Cleanup(func() { srv.Close() })
+	tb.Cleanup(func() { srv.Close() })
 	ts := []*target{{Name: "embedded", Addr: srv.Addr(), Embedded: srv}}
 	if addr := os.Getenv("KUBEMQ_ADDRESS"); addr != "" {
 		ts = append(ts, &target{Name: "real", Addr: addr, Real: true})
@@ -72,4 +80,18 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	t.Fatalf("timed out after %v waiting for %s", d, what)
+}
+
+// hostPort splits tg.Addr for the kubemq-go options, which take them apart.
+func (tg *target) hostPort(t testing.TB) (string, int) {
+	t.Helper()
+	host, port, err := net.SplitHostPort(tg.Addr)
+	if err != nil {
+		t.Fatalf("bad broker address %q: %v", tg.Addr, err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatalf("bad broker port in %q: %v", tg.Addr, err)
+	}
+	return host, p
 }

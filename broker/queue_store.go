@@ -1,44 +1,856 @@
 package broker
 
 import (
+	"container/heap"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	pb "github.com/kubemq-io/protobuf/go"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
-// queueStore holds every queue channel. (stub: owned by the queue work)
-type queueStore struct{ opts *Options }
+// Limits of KubeMQ's default queue configuration, enforced the same way.
+const (
+	maxPollItems          = 200000 // a poll asking for 0 (or more) gets up to this
+	maxReceiveMessages    = 1024   // legacy receive MaxNumberOfMessages
+	maxWaitSeconds        = 3600   // legacy receive and ack-all WaitTimeSeconds
+	maxExpirationSeconds  = 43200
+	maxDelaySeconds       = 43200
+	defaultWaitSeconds    = 1 // legacy WaitTimeSeconds 0
+	pendingPollsPerStream = 32
+)
 
-func newQueueStore(opts *Options) *queueStore { return &queueStore{opts: opts} }
-func (q *queueStore) close()                  {}
+// Errors the clients see, worded like KubeMQ's so that client code that
+// matches on them works against both.
+var (
+	errInvalidClientID   = errors.New("Error 101: invalid clientID value, cannot be empty")
+	errMessageEmpty      = errors.New("Error 110: invalid message, cannot be empty")
+	errInvalidQueueName  = errors.New("Error 120: invalid queue name value, cannot be empty, contains wildcards ,white spaces and end with dot")
+	errInvalidMaxMsgs    = errors.New("Error 122: max messages should be between 1 and max message setting in kubemq config  ")
+	errInvalidQueueMsg   = errors.New("Error 131: invalid queue message")
+	errInvalidExpiration = errors.New("Error 133: invalid expiration seconds, exceed max expiration seconds setting in kubemq config")
+	errInvalidMaxRecv    = errors.New("Error 134: invalid max received count, cannot be negative or exceed max receive count setting in kubemq config")
+	errInvalidDelay      = errors.New("Error 135: invalid delay seconds, exceed max delay seconds setting in kubemq config")
+	errInvalidWait       = errors.New("Error 136: invalid wait timeout, value cannot be negative or exceed max wait timeout seconds setting in kubemq config")
+	errTxnNotFound       = errors.New("transaction is completed or transaction id not found")
+	errRequestUnknown    = errors.New("request unknown")
+
+	// ErrNegativeMaxItems answers a poll with a negative MaxItems (KubeMQ
+	// reads it as "all"; kubemq-go never sends one).
+	ErrNegativeMaxItems = errors.New("broker: max items cannot be negative")
+	// ErrTooManyPolls answers a poll sent while the same stream already has
+	// many polls waiting.
+	ErrTooManyPolls = errors.New("broker: too many polls pending on this stream")
+)
+
+// validQueueName applies KubeMQ's queue name rules.
+func validQueueName(name string) bool {
+	return name != "" && !strings.HasSuffix(name, ".") && !strings.ContainsAny(name, " *>")
+}
+
+// idGen makes unique ids: a random per-store prefix and a counter.
+type idGen struct {
+	prefix string
+	n      atomic.Uint64
+}
+
+func newIDGen() *idGen {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return &idGen{prefix: hex.EncodeToString(b[:])}
+}
+
+func (g *idGen) next() string {
+	var buf [40]byte
+	out := append(buf[:0], g.prefix...)
+	out = strconv.AppendUint(out, g.n.Add(1), 36)
+	return string(out)
+}
+
+// queueStore holds every queue channel. Each channel has its own mutex;
+// the store's mutex only guards the map of channels.
+type queueStore struct {
+	opts *Options
+	ids  *idGen
+
+	ctx    context.Context // cancelled by close: every wait ends
+	cancel context.CancelFunc
+
+	mu     sync.RWMutex
+	queues map[string]*queue
+	closed bool
+}
+
+func newQueueStore(opts *Options) *queueStore {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &queueStore{opts: opts, ids: newIDGen(), ctx: ctx, cancel: cancel, queues: map[string]*queue{}}
+}
+
+// close ends every wait and stops the delay timers. Queues stay readable.
+func (st *queueStore) close() {
+	st.cancel()
+	st.mu.Lock()
+	st.closed = true
+	qs := make([]*queue, 0, len(st.queues))
+	for _, q := range st.queues {
+		qs = append(qs, q)
+	}
+	st.mu.Unlock()
+	for _, q := range qs {
+		q.mu.Lock()
+		if q.timer != nil {
+			q.timer.Stop()
+			q.timer = nil
+		}
+		q.mu.Unlock()
+	}
+}
+
+// queue returns the channel called name, creating it.
+func (st *queueStore) queue(name string) *queue {
+	st.mu.RLock()
+	q := st.queues[name]
+	st.mu.RUnlock()
+	if q != nil {
+		return q
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if q = st.queues[name]; q == nil {
+		q = &queue{name: name, st: st}
+		st.queues[name] = q
+	}
+	return q
+}
+
+// lookup returns the channel called name or nil.
+func (st *queueStore) lookup(name string) *queue {
+	st.mu.RLock()
+	defer st.mu.RUnlock()
+	return st.queues[name]
+}
+
+func (st *queueStore) isClosed() bool {
+	return st.ctx.Err() != nil
+}
+
+// pollWait turns a poll's WaitTimeout (ms) into a wait, raised to the floor.
+func (st *queueStore) pollWait(ms int32) time.Duration {
+	return max(time.Duration(ms)*time.Millisecond, st.opts.PollWaitFloor)
+}
+
+// secondsWait turns a legacy WaitTimeSeconds into a wait, raised to the floor.
+func (st *queueStore) secondsWait(sec int32) time.Duration {
+	return max(time.Duration(sec)*st.opts.SecondLength, st.opts.PollWaitFloor)
+}
+
+// prepare checks a message sent by a client and sets its attributes and
+// policy the way KubeMQ does. The store takes ownership of m.
+func (st *queueStore) prepare(m *pb.QueueMessage, now int64) *pb.SendQueueMessageResult {
+	if m == nil {
+		return &pb.SendQueueMessageResult{IsError: true, Error: errInvalidQueueMsg.Error()}
+	}
+	if m.MessageID == "" {
+		m.MessageID = st.ids.next()
+	}
+	res := &pb.SendQueueMessageResult{MessageID: m.MessageID}
+	if err := st.check(m); err != nil {
+		res.IsError, res.Error = true, err.Error()
+		return res
+	}
+	p := m.Policy
+	if p.MaxReceiveCount == 0 {
+		p.MaxReceiveCount = int32(st.opts.DefaultMaxReceiveCount)
+	}
+	sec := int64(st.opts.SecondLength)
+	m.Attributes = &pb.QueueMessageAttributes{}
+	if p.ExpirationSeconds > 0 {
+		m.Attributes.ExpirationAt = now + int64(p.ExpirationSeconds+p.DelaySeconds)*sec
+	}
+	if p.DelaySeconds > 0 {
+		m.Attributes.DelayedTo = now + int64(p.DelaySeconds)*sec
+	}
+	res.SentAt = now
+	res.ExpirationAt = m.Attributes.ExpirationAt
+	res.DelayedTo = m.Attributes.DelayedTo
+	return res
+}
+
+func (st *queueStore) check(m *pb.QueueMessage) error {
+	if m.ClientID == "" {
+		return errInvalidClientID
+	}
+	if !validQueueName(m.Channel) {
+		return errInvalidQueueName
+	}
+	if m.Metadata == "" && len(m.Body) == 0 {
+		return errMessageEmpty
+	}
+	if m.Policy == nil {
+		m.Policy = &pb.QueueMessagePolicy{}
+	}
+	p := m.Policy
+	switch {
+	case p.ExpirationSeconds < 0 || p.ExpirationSeconds > maxExpirationSeconds:
+		return errInvalidExpiration
+	case p.MaxReceiveCount < 0 || int(p.MaxReceiveCount) > st.opts.DefaultMaxReceiveCount:
+		return errInvalidMaxRecv
+	case p.DelaySeconds < 0 || p.DelaySeconds > maxDelaySeconds:
+		return errInvalidDelay
+	case p.MaxReceiveQueue != "" && !validQueueName(p.MaxReceiveQueue):
+		return errInvalidQueueName
+	}
+	return nil
+}
+
+// send stores msgs (already prepared; nil entries are skipped), locking
+// each channel once per run of messages to it.
+func (st *queueStore) send(msgs []*pb.QueueMessage, now int64) {
+	for i := 0; i < len(msgs); {
+		if msgs[i] == nil {
+			i++
+			continue
+		}
+		j := i + 1
+		for j < len(msgs) && (msgs[j] == nil || msgs[j].Channel == msgs[i].Channel) {
+			j++
+		}
+		st.queue(msgs[i].Channel).put(msgs[i:j], now)
+		i = j
+	}
+}
+
+// sendBatch prepares and stores msgs and returns one result per message.
+func (st *queueStore) sendBatch(msgs []*pb.QueueMessage) ([]*pb.SendQueueMessageResult, bool) {
+	now := time.Now().UnixNano()
+	results := make([]*pb.SendQueueMessageResult, len(msgs))
+	haveErrors := false
+	for i, m := range msgs {
+		results[i] = st.prepare(m, now)
+		haveErrors = haveErrors || results[i].IsError
+	}
+	ok := msgs
+	if haveErrors {
+		ok = make([]*pb.QueueMessage, 0, len(msgs))
+		for i, m := range msgs {
+			if !results[i].IsError {
+				ok = append(ok, m)
+			}
+		}
+	}
+	st.send(ok, now)
+	return results, haveErrors
+}
+
+// reroute moves messages between channels after the source channel's lock
+// is released (a DLQ may be the channel itself).
+func (st *queueStore) reroute(msgs []*pb.QueueMessage) {
+	if len(msgs) > 0 {
+		st.send(msgs, time.Now().UnixNano())
+	}
+}
+
+// deadLetter is the copy of m that KubeMQ moves to the policy's
+// MaxReceiveQueue: same id, body, metadata and tags, marked re-routed, its
+// receive count starting again and its policy cleared.
+func deadLetter(m *pb.QueueMessage) *pb.QueueMessage {
+	return &pb.QueueMessage{
+		MessageID: m.MessageID,
+		ClientID:  m.ClientID,
+		Channel:   m.Policy.MaxReceiveQueue,
+		Metadata:  m.Metadata,
+		Body:      m.Body,
+		Tags:      m.Tags,
+		Attributes: &pb.QueueMessageAttributes{
+			ReRouted:          true,
+			ReRoutedFromQueue: m.Channel,
+			ExpirationAt:      m.Attributes.ExpirationAt,
+		},
+		Policy: &pb.QueueMessagePolicy{},
+	}
+}
+
+// cloneMessage deep-copies m, for snapshots and peeks.
+func cloneMessage(m *pb.QueueMessage) *pb.QueueMessage {
+	c := &pb.QueueMessage{
+		MessageID: m.MessageID,
+		ClientID:  m.ClientID,
+		Channel:   m.Channel,
+		Metadata:  m.Metadata,
+		Body:      slices.Clone(m.Body),
+		Topic:     m.Topic,
+	}
+	if m.Tags != nil {
+		c.Tags = make(map[string]string, len(m.Tags))
+		for k, v := range m.Tags {
+			c.Tags[k] = v
+		}
+	}
+	if a := m.Attributes; a != nil {
+		c.Attributes = &pb.QueueMessageAttributes{
+			Timestamp: a.Timestamp, Sequence: a.Sequence, MD5OfBody: a.MD5OfBody,
+			ReceiveCount: a.ReceiveCount, ReRouted: a.ReRouted, ReRoutedFromQueue: a.ReRoutedFromQueue,
+			ExpirationAt: a.ExpirationAt, DelayedTo: a.DelayedTo,
+		}
+	}
+	if p := m.Policy; p != nil {
+		c.Policy = &pb.QueueMessagePolicy{
+			ExpirationSeconds: p.ExpirationSeconds, DelaySeconds: p.DelaySeconds,
+			MaxReceiveCount: p.MaxReceiveCount, MaxReceiveQueue: p.MaxReceiveQueue,
+		}
+	}
+	return c
+}
+
+// queue is one queue channel. Messages wait in ready (delivery order) or,
+// while delayed, in delayed; polls hold what they took as in-flight until
+// it is settled. mu guards everything; notify wakes waiting polls.
+type queue struct {
+	name string
+	st   *queueStore
+
+	mu         sync.Mutex
+	ready      ring
+	readyBytes int64
+	delayed    delayHeap
+	timer      *time.Timer
+	timerAt    int64
+	inflight   int
+	seq        uint64
+	sent       int64
+	delivered  int64
+	waiters    int
+	notify     chan struct{} // closed and cleared when messages arrive
+}
+
+func msgBytes(m *pb.QueueMessage) int64 { return int64(len(m.Body) + len(m.Metadata)) }
+
+// put stores prepared messages: due ones at the tail, delayed ones aside.
+func (q *queue) put(msgs []*pb.QueueMessage, now int64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, m := range msgs {
+		q.sent++
+		if m.Attributes.DelayedTo > now {
+			heap.Push(&q.delayed, m)
+			continue
+		}
+		q.pushLocked(m, now)
+	}
+	q.armLocked(now)
+	q.wakeLocked()
+}
+
+// pushLocked publishes m at the tail: like a KubeMQ publish, it gets the
+// channel's next sequence and a new timestamp.
+func (q *queue) pushLocked(m *pb.QueueMessage, now int64) {
+	q.seq++
+	m.Channel = q.name
+	m.Attributes.Sequence = q.seq
+	m.Attributes.Timestamp = now
+	q.ready.pushBack(m)
+	q.readyBytes += msgBytes(m)
+}
+
+func (q *queue) wakeLocked() {
+	if q.notify != nil && q.ready.len() > 0 {
+		close(q.notify)
+		q.notify = nil
+	}
+}
+
+// waitChLocked returns the channel closed when messages next arrive.
+func (q *queue) waitChLocked() <-chan struct{} {
+	if q.notify == nil {
+		q.notify = make(chan struct{})
+	}
+	return q.notify
+}
+
+// armLocked points the delay timer at the earliest delayed message.
+func (q *queue) armLocked(now int64) {
+	if len(q.delayed) == 0 || q.st.isClosed() {
+		return
+	}
+	due := q.delayed[0].Attributes.DelayedTo
+	if q.timer != nil && q.timerAt == due {
+		return
+	}
+	d := time.Duration(due - now)
+	if q.timer == nil {
+		q.timer = time.AfterFunc(d, q.promote)
+	} else {
+		q.timer.Reset(d)
+	}
+	q.timerAt = due
+}
+
+// promote moves delayed messages that are due to the tail.
+func (q *queue) promote() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	now := time.Now().UnixNano()
+	for len(q.delayed) > 0 && q.delayed[0].Attributes.DelayedTo <= now {
+		q.pushLocked(heap.Pop(&q.delayed).(*pb.QueueMessage), now)
+	}
+	q.timerAt = 0
+	q.armLocked(now)
+	q.wakeLocked()
+}
+
+// popLocked takes up to n deliverable messages from the head into out,
+// dropping expired ones (counted) and routing those past their receive
+// limit (returned in routed, to be sent once q.mu is released). Each
+// message taken has its ReceiveCount raised.
+func (q *queue) popLocked(out []*pb.QueueMessage, n int, now int64, routed []*pb.QueueMessage) ([]*pb.QueueMessage, int, []*pb.QueueMessage) {
+	expired := 0
+	for n > 0 && q.ready.len() > 0 {
+		m := q.ready.popFront()
+		q.readyBytes -= msgBytes(m)
+		if exp := m.Attributes.ExpirationAt; exp > 0 && exp <= now {
+			expired++
+			continue
+		}
+		m.Attributes.ReceiveCount++
+		if m.Attributes.ReceiveCount > q.maxReceive(m) {
+			if m.Policy.MaxReceiveQueue != "" {
+				routed = append(routed, deadLetter(m))
+			}
+			continue
+		}
+		out = append(out, m)
+		n--
+	}
+	return out, expired, routed
+}
+
+func (q *queue) maxReceive(m *pb.QueueMessage) int32 {
+	if m.Policy.MaxReceiveCount > 0 {
+		return m.Policy.MaxReceiveCount
+	}
+	return int32(q.st.opts.DefaultMaxReceiveCount)
+}
+
+// take waits up to wait for max messages and returns what it got. With
+// hold the messages stay in flight until settled (ack, nack, requeue,
+// release); without, they are consumed. When ctx ends first, what was
+// taken goes back and take returns ctx's error.
+func (q *queue) take(ctx context.Context, max int, wait time.Duration, hold bool) ([]*pb.QueueMessage, int, error) {
+	var (
+		msgs, routed []*pb.QueueMessage
+		expired      int
+		timer        *time.Timer
+	)
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		n := 0
+		now := time.Now().UnixNano()
+		q.mu.Lock()
+		if msgs == nil && q.ready.len() > 0 {
+			msgs = make([]*pb.QueueMessage, 0, min(max, q.ready.len()))
+		}
+		before := len(msgs)
+		msgs, n, routed = q.popLocked(msgs, max-len(msgs), now, routed[:0])
+		expired += n
+		got := len(msgs) - before
+		q.delivered += int64(got)
+		if hold {
+			q.inflight += got
+		}
+		var ch <-chan struct{}
+		if len(msgs) < max {
+			ch = q.waitChLocked()
+			q.waiters++
+		}
+		q.mu.Unlock()
+		q.st.reroute(routed)
+		if ch == nil {
+			return msgs, expired, nil
+		}
+		if timer == nil {
+			timer = time.NewTimer(wait)
+		}
+		var err error
+		done := false
+		select {
+		case <-ch:
+		case <-timer.C:
+			done = true
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-q.st.ctx.Done():
+			err = ErrClosed
+		}
+		q.mu.Lock()
+		q.waiters--
+		q.mu.Unlock()
+		if err != nil {
+			if hold {
+				q.release(msgs)
+			} else {
+				q.unconsume(msgs)
+			}
+			return nil, expired, err
+		}
+		if done {
+			return msgs, expired, nil
+		}
+	}
+}
+
+// peek waits up to wait for max messages and returns copies of the ones at
+// the head without taking them; the copies show the receive count a
+// delivery would give. Expired messages met on the way are dropped.
+func (q *queue) peek(ctx context.Context, max int, wait time.Duration) ([]*pb.QueueMessage, int, error) {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	expired := 0
+	for {
+		now := time.Now().UnixNano()
+		q.mu.Lock()
+		var out []*pb.QueueMessage
+		for i := 0; i < q.ready.len() && len(out) < max; {
+			m := q.ready.at(i)
+			if exp := m.Attributes.ExpirationAt; exp > 0 && exp <= now {
+				q.ready.removeAt(i)
+				q.readyBytes -= msgBytes(m)
+				expired++
+				continue
+			}
+			c := cloneMessage(m)
+			c.Attributes.ReceiveCount++
+			out = append(out, c)
+			i++
+		}
+		full := len(out) >= max
+		var ch <-chan struct{}
+		if !full {
+			ch = q.waitChLocked()
+			q.waiters++
+		}
+		q.mu.Unlock()
+		if full {
+			return out, expired, nil
+		}
+		if timer == nil {
+			timer = time.NewTimer(wait)
+		}
+		var err error
+		done := false
+		select {
+		case <-ch:
+		case <-timer.C:
+			done = true
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-q.st.ctx.Done():
+			err = ErrClosed
+		}
+		q.mu.Lock()
+		q.waiters--
+		q.mu.Unlock()
+		if err != nil {
+			return nil, expired, err
+		}
+		if done {
+			return out, expired, nil
+		}
+	}
+}
+
+// purge removes every ready message, again whenever more arrive, until
+// wait passes; it returns how many it removed (KubeMQ's ack-all).
+func (q *queue) purge(ctx context.Context, wait time.Duration) (uint64, error) {
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	var n uint64
+	for {
+		q.mu.Lock()
+		n += uint64(q.ready.len())
+		q.ready.clear()
+		q.readyBytes = 0
+		ch := q.waitChLocked()
+		q.mu.Unlock()
+		select {
+		case <-ch:
+		case <-timer.C:
+			return n, nil
+		case <-ctx.Done():
+			return n, ctx.Err()
+		case <-q.st.ctx.Done():
+			return n, ErrClosed
+		}
+	}
+}
+
+// ack settles held messages as done.
+func (q *queue) ack(msgs []*pb.QueueMessage) {
+	q.mu.Lock()
+	q.inflight -= len(msgs)
+	q.mu.Unlock()
+}
+
+// nack settles held messages as failed: each goes back to the tail as a
+// new publish, or, when this was its last allowed receive, to its dead
+// letter queue or nowhere.
+func (q *queue) nack(msgs []*pb.QueueMessage) {
+	var routed []*pb.QueueMessage
+	now := time.Now().UnixNano()
+	q.mu.Lock()
+	q.inflight -= len(msgs)
+	for _, m := range msgs {
+		if m.Attributes.ReceiveCount >= q.maxReceive(m) {
+			if m.Policy.MaxReceiveQueue != "" {
+				routed = append(routed, deadLetter(m))
+			}
+			continue
+		}
+		q.pushLocked(m, now)
+	}
+	q.wakeLocked()
+	q.mu.Unlock()
+	q.st.reroute(routed)
+}
+
+// release puts held messages back at the head, in order, as if they had
+// never been delivered: a disconnect is not a receive.
+func (q *queue) release(msgs []*pb.QueueMessage) {
+	if len(msgs) == 0 {
+		return
+	}
+	q.mu.Lock()
+	q.inflight -= len(msgs)
+	q.delivered -= int64(len(msgs))
+	q.restoreLocked(msgs)
+	q.mu.Unlock()
+}
+
+// unconsume puts back messages a consuming take got before its ctx ended.
+func (q *queue) unconsume(msgs []*pb.QueueMessage) {
+	if len(msgs) == 0 {
+		return
+	}
+	q.mu.Lock()
+	q.delivered -= int64(len(msgs))
+	q.restoreLocked(msgs)
+	q.mu.Unlock()
+}
+
+func (q *queue) restoreLocked(msgs []*pb.QueueMessage) {
+	for i := len(msgs) - 1; i >= 0; i-- {
+		m := msgs[i]
+		m.Attributes.ReceiveCount--
+		q.ready.pushFront(m)
+		q.readyBytes += msgBytes(m)
+	}
+	q.wakeLocked()
+}
+
+// requeue settles held messages by sending copies to channel, as new
+// messages with the same id (KubeMQ re-sends them through its send path).
+func (st *queueStore) requeue(q *queue, msgs []*pb.QueueMessage, channel string) error {
+	now := time.Now().UnixNano()
+	copies := make([]*pb.QueueMessage, 0, len(msgs))
+	for _, m := range msgs {
+		c := &pb.QueueMessage{
+			MessageID: m.MessageID, ClientID: m.ClientID, Channel: channel,
+			Metadata: m.Metadata, Body: m.Body, Tags: m.Tags,
+			Policy: &pb.QueueMessagePolicy{
+				ExpirationSeconds: m.Policy.ExpirationSeconds, DelaySeconds: m.Policy.DelaySeconds,
+				MaxReceiveCount: m.Policy.MaxReceiveCount, MaxReceiveQueue: m.Policy.MaxReceiveQueue,
+			},
+		}
+		if res := st.prepare(c, now); res.IsError {
+			return fmt.Errorf("re-queue message with seq %d failed, %s", m.Attributes.Sequence, res.Error)
+		}
+		copies = append(copies, c)
+	}
+	q.ack(msgs)
+	st.send(copies, now)
+	return nil
+}
+
+// QueueState is a snapshot of one queue channel, for tests.
+type QueueState struct {
+	// Waiting are the messages ready for delivery, in delivery order.
+	Waiting []*pb.QueueMessage
+	// Delayed are the messages whose DelaySeconds has not passed yet.
+	Delayed []*pb.QueueMessage
+	// InFlight counts the messages held by open poll transactions.
+	InFlight int
+	// Sent counts the messages ever stored in the channel (NAcks count
+	// again); Delivered the deliveries.
+	Sent, Delivered int64
+}
+
+// QueueSnapshot returns deep copies of what the queue channel name holds.
+// A channel never used gives the zero QueueState. Safe for concurrent use.
+func (s *Server) QueueSnapshot(name string) QueueState {
+	q := s.queues.lookup(name)
+	if q == nil {
+		return QueueState{}
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	st := QueueState{InFlight: q.inflight, Sent: q.sent, Delivered: q.delivered}
+	for i := 0; i < q.ready.len(); i++ {
+		st.Waiting = append(st.Waiting, cloneMessage(q.ready.at(i)))
+	}
+	for _, m := range q.delayed {
+		st.Delayed = append(st.Delayed, cloneMessage(m))
+	}
+	slices.SortFunc(st.Delayed, func(a, b *pb.QueueMessage) int {
+		return int(a.Attributes.DelayedTo - b.Attributes.DelayedTo)
+	})
+	return st
+}
+
+// info reports the channels named in filter (names separated by ";"; all
+// when empty) that ever held a message, like KubeMQ's QueuesInfo.
+func (st *queueStore) info(filter string) *pb.QueuesInfo {
+	var names map[string]bool
+	if filter != "" {
+		names = map[string]bool{}
+		for _, n := range strings.Split(filter, ";") {
+			names[n] = true
+		}
+	}
+	st.mu.RLock()
+	qs := make([]*queue, 0, len(st.queues))
+	for name, q := range st.queues {
+		if names == nil || names[name] {
+			qs = append(qs, q)
+		}
+	}
+	st.mu.RUnlock()
+	slices.SortFunc(qs, func(a, b *queue) int { return strings.Compare(a.name, b.name) })
+	out := &pb.QueuesInfo{}
+	for _, q := range qs {
+		q.mu.Lock()
+		qi := &pb.QueueInfo{
+			Name:         q.name,
+			Messages:     int64(q.ready.len() + q.inflight + len(q.delayed)),
+			Bytes:        q.readyBytes,
+			LastSequence: int64(q.seq),
+			Sent:         q.sent,
+			Delivered:    q.delivered,
+			Waiting:      int64(q.ready.len()),
+			Subscribers:  int64(q.waiters),
+		}
+		if q.ready.len() > 0 {
+			qi.FirstSequence = int64(q.ready.at(0).Attributes.Sequence)
+		}
+		q.mu.Unlock()
+		if qi.Sent == 0 {
+			continue
+		}
+		out.Queues = append(out.Queues, qi)
+		out.Sent += qi.Sent
+		out.Delivered += qi.Delivered
+		out.Waiting += qi.Waiting
+	}
+	out.TotalQueue = int32(len(out.Queues))
+	return out
+}
 
 func unimplemented(what string) error {
 	return status.Errorf(codes.Unimplemented, "broker: %s is not served by the embedded broker", what)
 }
 
-func (s *Server) SendQueueMessage(context.Context, *pb.QueueMessage) (*pb.SendQueueMessageResult, error) {
-	return nil, unimplemented("SendQueueMessage")
+// ring is a growable FIFO that can also push at the front.
+type ring struct {
+	buf  []*pb.QueueMessage
+	head int
+	n    int
 }
-func (s *Server) SendQueueMessagesBatch(context.Context, *pb.QueueMessagesBatchRequest) (*pb.QueueMessagesBatchResponse, error) {
-	return nil, unimplemented("SendQueueMessagesBatch")
+
+func (r *ring) len() int { return r.n }
+
+func (r *ring) grow() {
+	size := max(16, 2*len(r.buf))
+	buf := make([]*pb.QueueMessage, size)
+	for i := 0; i < r.n; i++ {
+		buf[i] = r.buf[(r.head+i)%len(r.buf)]
+	}
+	r.buf, r.head = buf, 0
 }
-func (s *Server) ReceiveQueueMessages(context.Context, *pb.ReceiveQueueMessagesRequest) (*pb.ReceiveQueueMessagesResponse, error) {
-	return nil, unimplemented("ReceiveQueueMessages")
+
+func (r *ring) pushBack(m *pb.QueueMessage) {
+	if r.n == len(r.buf) {
+		r.grow()
+	}
+	r.buf[(r.head+r.n)%len(r.buf)] = m
+	r.n++
 }
-func (s *Server) StreamQueueMessage(pb.Kubemq_StreamQueueMessageServer) error {
-	return unimplemented("StreamQueueMessage")
+
+func (r *ring) pushFront(m *pb.QueueMessage) {
+	if r.n == len(r.buf) {
+		r.grow()
+	}
+	r.head = (r.head - 1 + len(r.buf)) % len(r.buf)
+	r.buf[r.head] = m
+	r.n++
 }
-func (s *Server) AckAllQueueMessages(context.Context, *pb.AckAllQueueMessagesRequest) (*pb.AckAllQueueMessagesResponse, error) {
-	return nil, unimplemented("AckAllQueueMessages")
+
+func (r *ring) popFront() *pb.QueueMessage {
+	m := r.buf[r.head]
+	r.buf[r.head] = nil
+	r.head = (r.head + 1) % len(r.buf)
+	r.n--
+	if r.n == 0 {
+		r.head = 0
+		if len(r.buf) > 1024 {
+			r.buf = nil // let a burst's buffer go
+		}
+	}
+	return m
 }
-func (s *Server) QueuesDownstream(pb.Kubemq_QueuesDownstreamServer) error {
-	return unimplemented("QueuesDownstream")
+
+func (r *ring) at(i int) *pb.QueueMessage { return r.buf[(r.head+i)%len(r.buf)] }
+
+// removeAt removes the i-th message; O(n), used only by peek on expired
+// messages.
+func (r *ring) removeAt(i int) {
+	for ; i < r.n-1; i++ {
+		r.buf[(r.head+i)%len(r.buf)] = r.buf[(r.head+i+1)%len(r.buf)]
+	}
+	r.buf[(r.head+r.n-1)%len(r.buf)] = nil
+	r.n--
 }
-func (s *Server) QueuesUpstream(pb.Kubemq_QueuesUpstreamServer) error {
-	return unimplemented("QueuesUpstream")
+
+func (r *ring) clear() { *r = ring{} }
+
+// delayHeap orders delayed messages by DelayedTo.
+type delayHeap []*pb.QueueMessage
+
+func (h delayHeap) Len() int { return len(h) }
+func (h delayHeap) Less(i, j int) bool {
+	return h[i].Attributes.DelayedTo < h[j].Attributes.DelayedTo
 }
-func (s *Server) QueuesInfo(context.Context, *pb.QueuesInfoRequest) (*pb.QueuesInfoResponse, error) {
-	return nil, unimplemented("QueuesInfo")
+func (h delayHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *delayHeap) Push(x any)   { *h = append(*h, x.(*pb.QueueMessage)) }
+func (h *delayHeap) Pop() any {
+	old := *h
+	m := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return m
 }

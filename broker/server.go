@@ -19,13 +19,20 @@ type Options struct {
 	// honours; shorter waits are raised to it. Default 1000 ms, like KubeMQ.
 	// Tests may shorten it.
 	PollWaitFloor time.Duration
+	// SecondLength is how long one second lasts in the protocol's
+	// whole-second fields: legacy receive and ack-all WaitTimeSeconds,
+	// DelaySeconds and ExpirationSeconds. Default time.Second, like KubeMQ.
+	// Tests may shorten it so that second-granular waits run fast; the times
+	// the server reports (DelayedTo, ExpirationAt) follow the shortened clock.
+	SecondLength time.Duration
 	// Retention is how long events store messages are kept. Default 24 h.
 	Retention time.Duration
 	// MaxMessageBytes is the largest gRPC message accepted; bigger ones
 	// are refused with ResourceExhausted. Default 100 MiB.
 	MaxMessageBytes int
 	// DefaultMaxReceiveCount applies to queue messages sent without a
-	// policy. Default 1024.
+	// policy; it is also the largest MaxReceiveCount a message may ask for,
+	// like KubeMQ's queue.maxReceiveCount setting. Default 1024.
 	DefaultMaxReceiveCount int
 	// Logger receives the server's logs. Default: discard.
 	Logger *slog.Logger
@@ -34,6 +41,9 @@ type Options struct {
 func (o *Options) setDefaults() {
 	if o.PollWaitFloor <= 0 {
 		o.PollWaitFloor = time.Second
+	}
+	if o.SecondLength <= 0 {
+		o.SecondLength = time.Second
 	}
 	if o.Retention <= 0 {
 		o.Retention = 24 * time.Hour
@@ -52,9 +62,14 @@ func (o *Options) setDefaults() {
 // ErrClosed is returned by Start on a closed server.
 var ErrClosed = errors.New("broker: server closed")
 
+// ErrServing is returned by Start and Serve while the server is already
+// serving; Stop it first.
+var ErrServing = errors.New("broker: server already serving")
+
 // Server serves the KubeMQ gRPC protocol from memory. Its methods are safe
-// for concurrent use. Start it with Start or Serve; Close stops it and waits
-// for in-flight calls.
+// for concurrent use. Start it with Start or Serve; Stop takes it off the
+// network and keeps its state, so Start may bring it back; Close stops it
+// for good and waits for in-flight calls.
 type Server struct {
 	opts Options
 	log  *slog.Logger
@@ -62,11 +77,13 @@ type Server struct {
 	queues *queueStore // queue*.go
 	pubsub *pubSub     // events*.go, queries.go
 
-	mu     sync.Mutex
-	grpc   *grpc.Server
-	lis    net.Listener
-	closed bool
-	done   chan struct{}
+	mu      sync.Mutex
+	grpc    *grpc.Server
+	lis     net.Listener
+	addr    string         // last bound address; kept across Stop
+	serving sync.WaitGroup // Serve goroutines started by Start
+	closed  bool
+	done    chan struct{}
 }
 
 var _ pb.KubemqServer = (*Server)(nil)
@@ -82,52 +99,87 @@ func New(opts Options) *Server {
 }
 
 // Start listens on addr ("127.0.0.1:0" picks a free port) and serves in a
-// goroutine. Addr reports the bound address.
+// goroutine. Addr reports the bound address. After Stop, Start may be called
+// again (on Addr() to come back on the same address).
 func (s *Server) Start(addr string) error {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("broker: listen on %s: %w", addr, err)
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- s.Serve(lis) }()
-	select {
-	case err := <-errc:
+	g, err := s.attach(lis)
+	if err != nil {
+		lis.Close()
 		return err
-	case <-time.After(10 * time.Millisecond):
-		return nil
 	}
+	s.serving.Add(1)
+	go func() {
+		defer s.serving.Done()
+		if err := g.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			s.log.Error("broker serve failed", "addr", lis.Addr().String(), "err", err)
+		}
+	}()
+	return nil
 }
 
-// Serve serves on lis until Close. It returns nil after Close.
+// Serve serves on lis until Stop or Close. It returns nil after either.
 func (s *Server) Serve(lis net.Listener) error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	g, err := s.attach(lis)
+	if err != nil {
 		lis.Close()
-		return ErrClosed
+		return err
 	}
-	g := grpc.NewServer(
-		grpc.MaxRecvMsgSize(s.opts.MaxMessageBytes),
-		grpc.MaxSendMsgSize(s.opts.MaxMessageBytes+(1<<20)),
-	)
-	pb.RegisterKubemqServer(g, s)
-	s.grpc, s.lis = g, lis
-	s.mu.Unlock()
-	s.log.Info("broker listening", "addr", lis.Addr().String())
 	if err := g.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 		return fmt.Errorf("broker: serve: %w", err)
 	}
 	return nil
 }
 
-// Addr is the address the server listens on, or "" before Start.
+// attach makes the gRPC server that will serve lis.
+func (s *Server) attach(lis net.Listener) (*grpc.Server, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	if s.grpc != nil {
+		return nil, ErrServing
+	}
+	g := grpc.NewServer(
+		grpc.MaxRecvMsgSize(s.opts.MaxMessageBytes),
+		grpc.MaxSendMsgSize(s.opts.MaxMessageBytes+(1<<20)),
+		// Stop and Close wait for handlers, so that held queue messages
+		// are back in their queues when they return.
+		grpc.WaitForHandlers(true),
+	)
+	pb.RegisterKubemqServer(g, s)
+	s.grpc, s.lis, s.addr = g, lis, lis.Addr().String()
+	s.log.Info("broker listening", "addr", s.addr)
+	return g, nil
+}
+
+// Addr is the address the server listens on, or "" before Start. After
+// Stop it still reports the last address, where Start may serve again.
 func (s *Server) Addr() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.lis == nil {
-		return ""
+	return s.addr
+}
+
+// Stop takes the server off the network: it closes the listener, ends every
+// call and stream (messages held by a closed stream go back to their queues,
+// as when a client disconnects) and waits for the handlers to return. The
+// state (queues, and whatever the pub/sub side keeps) stays in memory, so a
+// later Start serves it again, like a KubeMQ restart with persistence. Stop
+// on a server that is not serving does nothing.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	g := s.grpc
+	s.grpc, s.lis = nil, nil
+	s.mu.Unlock()
+	if g != nil {
+		g.Stop()
 	}
-	return s.lis.Addr().String()
+	s.serving.Wait()
 }
 
 // Close stops accepting calls, ends open streams and waits for in-flight
@@ -141,12 +193,14 @@ func (s *Server) Close() error {
 	s.closed = true
 	close(s.done)
 	g := s.grpc
+	s.grpc, s.lis = nil, nil
 	s.mu.Unlock()
 	s.queues.close()
 	s.pubsub.close()
 	if g != nil {
 		g.Stop()
 	}
+	s.serving.Wait()
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 
 	ort "github.com/yalue/onnxruntime_go"
@@ -104,10 +105,57 @@ func (s *Session) RunBatch(ctx context.Context, items []Item) []ItemResult {
 		return res
 	}
 
+	sc := s.getScratch(len(items))
+	defer s.putScratch(sc)
+	preps, groups := s.prepareAll(items, res, sc)
+	for _, g := range groups {
+		s.runGroup(ctx, preps, g, res)
+	}
+	return res
+}
+
+// scratch holds RunBatch's per-item bookkeeping, reused across calls to
+// spare the garbage collector: nothing in it outlives the call.
+type scratch struct {
+	preps []prepared
+	slots []*Tensor
+	valid []int
+}
+
+// maxPooledItems bounds the scratch kept for reuse.
+const maxPooledItems = 4096
+
+func (s *Session) getScratch(n int) *scratch {
+	sc, _ := s.scratch.Get().(*scratch)
+	if sc == nil {
+		sc = new(scratch)
+	}
 	nIn := len(s.info.Inputs)
-	preps := make([]prepared, len(items))
-	slots := make([]*Tensor, len(items)*nIn)
-	valid := make([]int, 0, len(items))
+	if cap(sc.preps) < n {
+		sc.preps = make([]prepared, n)
+		sc.valid = make([]int, 0, n)
+	}
+	if cap(sc.slots) < n*nIn {
+		sc.slots = make([]*Tensor, n*nIn)
+	}
+	sc.preps, sc.slots, sc.valid = sc.preps[:n], sc.slots[:n*nIn], sc.valid[:0]
+	return sc
+}
+
+func (s *Session) putScratch(sc *scratch) {
+	if cap(sc.preps) > maxPooledItems {
+		return
+	}
+	clear(sc.preps) // drop the references to the callers' tensors
+	clear(sc.slots)
+	s.scratch.Put(sc)
+}
+
+// prepareAll validates every item (storing the errors in res) and groups
+// the valid ones into runs.
+func (s *Session) prepareAll(items []Item, res []ItemResult, sc *scratch) ([]prepared, [][]int) {
+	nIn := len(s.info.Inputs)
+	preps, slots, valid := sc.preps, sc.slots, sc.valid
 	for i := range items {
 		p := &preps[i]
 		p.in = slots[i*nIn : (i+1)*nIn : (i+1)*nIn]
@@ -117,10 +165,8 @@ func (s *Session) RunBatch(ctx context.Context, items []Item) []ItemResult {
 		}
 		valid = append(valid, i)
 	}
-	for _, g := range s.group(preps, valid) {
-		s.runGroup(ctx, preps, g, res)
-	}
-	return res
+	sc.valid = valid
+	return preps, s.group(preps, valid)
 }
 
 // prepare validates one item against the model and fills p.
@@ -238,24 +284,36 @@ func (s *Session) group(preps []prepared, valid []int) [][]int {
 		}
 		return groups
 	}
-	reps := make([]int, 0, 4) // first item of each group
-	gid := make([]int, len(valid))
-	counts := make([]int, 0, 4)
-	for i, v := range valid {
-		g := -1
-		for r, rep := range reps {
-			if samePerItemDims(&preps[rep], &preps[v]) {
-				g = r
-				break
+	reps := make([]int, 1, 4) // first item of each group
+	reps[0] = valid[0]
+	var gid, counts []int // group of each valid item, size of each group; nil while there is one group
+	for i, v := range valid[1:] {
+		g := 0
+		if !samePerItemDims(&preps[reps[0]], &preps[v]) {
+			g = -1
+			for r, rep := range reps[1:] {
+				if samePerItemDims(&preps[rep], &preps[v]) {
+					g = r + 1
+					break
+				}
+			}
+			if g < 0 {
+				g = len(reps)
+				reps = append(reps, v)
 			}
 		}
-		if g < 0 {
-			g = len(reps)
-			reps = append(reps, v)
-			counts = append(counts, 0)
+		if g > 0 && gid == nil {
+			gid = make([]int, len(valid)) // items so far are all in group 0
+			counts = make([]int, 1, 4)
+			counts[0] = i + 1
 		}
-		gid[i] = g
-		counts[g]++
+		if gid != nil {
+			gid[i+1] = g
+			for len(counts) <= g {
+				counts = append(counts, 0)
+			}
+			counts[g]++
+		}
 	}
 	if len(reps) == 1 {
 		return [][]int{valid}
@@ -357,36 +415,35 @@ func (s *Session) runOnce(preps []prepared, members []int) ([]Tensor, error) {
 		ins[j] = v
 	}
 
-	plan, guessed := s.outputPlan(rows)
-	outs, truncated, err := s.runWith(ins, plan)
-	if err != nil && guessed {
+	plan, guessed := s.outputPlan(rows, !s.noPrealloc.Load())
+	outs, err := s.runWith(ins, plan)
+	if err != nil && guessed && preallocRefused(err) {
 		// A pre-allocated [rows, ...] output may not follow the batch (a
 		// dynamic dim 0 that counts something else): let onnxruntime
 		// allocate, and stop guessing if that works.
 		var err2 error
-		if outs, truncated, err2 = s.runWith(ins, nil); err2 == nil {
+		plan, _ = s.outputPlan(rows, false)
+		if outs, err2 = s.runWith(ins, plan); err2 == nil {
 			s.noPrealloc.Store(true)
 			s.logger.Warn("pre-allocated outputs refused; outputs left to onnxruntime", "model", s.name, "error", err)
 			err = nil
 		}
 	}
-	if err == nil && truncated {
-		// onnxruntime_go v1.35.0 copies onnxruntime-allocated FLOAT16
-		// outputs with one byte per element (createTensorFromOrtValue),
-		// losing half. Now that the shapes are known, run again into
-		// buffers of the right size.
-		plan = make([][]int64, len(outs))
-		for k, o := range outs {
-			if o.DType != BYTES {
-				plan[k] = o.Shape
-			}
-		}
-		outs, _, err = s.runWith(ins, plan)
-	}
 	if err != nil {
 		return nil, fmt.Errorf("runtime: model %q: run %d items (%d rows) on %s: %w", s.name, len(members), rows, s.device, err)
 	}
 	return outs, nil
+}
+
+// preallocRefused reports whether onnxruntime refused a pre-allocated
+// output for its shape ("The output OrtValue provided for output ... has
+// shape {3,4} but the computed output shape for this run is {6,4}. When
+// calling Run() with pre-allocated output OrtValues..." in 1.30; "Shape
+// mismatch attempting to re-use buffer" before). Other errors are not
+// worth a second run.
+func preallocRefused(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "pre-allocated output") || strings.Contains(msg, "re-use buffer")
 }
 
 // assembleInput builds input j for the group: the members' rows
@@ -433,33 +490,24 @@ func (s *Session) assembleInput(j int, preps []prepared, members []int, rows int
 }
 
 // outputPlan returns, per output, the shape to pre-allocate for a run of
-// rows rows, or nil to let onnxruntime allocate: outputs whose dims are
+// rows rows, or nil to let onnxruntime allocate. Outputs whose dims are
 // static apart from a dynamic dim 0 (taken to be the batch) are
-// pre-allocated. guessed says whether a dynamic dim 0 was taken as rows.
-func (s *Session) outputPlan(rows int64) (plan [][]int64, guessed bool) {
-	if s.noPrealloc.Load() {
-		return nil, false
-	}
+// pre-allocated; with all unset, only FP16 ones, which onnxruntime_go
+// cannot take from onnxruntime (see checkServable). guessed says whether a
+// dynamic dim 0 was taken as rows for an output that did not need it.
+func (s *Session) outputPlan(rows int64, all bool) (plan [][]int64, guessed bool) {
 	plan = make([][]int64, len(s.info.Outputs))
 	for k, o := range s.info.Outputs {
-		if o.DType == BYTES || len(o.Dims) == 0 {
+		if o.DType == BYTES || !preallocatable(o.Dims) || (!all && o.DType != FP16) {
 			continue
 		}
-		shape := make([]int64, len(o.Dims))
-		ok := true
-		for j, d := range o.Dims {
-			switch {
-			case d >= 0:
-				shape[j] = d
-			case j == 0:
-				shape[j] = rows
-			default:
-				ok = false
-			}
+		shape := append([]int64(nil), o.Dims...)
+		if shape[0] < 0 {
+			shape[0] = rows
+			guessed = guessed || o.DType != FP16
 		}
-		if ok && NumElements(shape) > 0 {
+		if NumElements(shape) > 0 {
 			plan[k] = shape
-			guessed = guessed || o.Dims[0] < 0
 		}
 	}
 	return plan, guessed
@@ -467,12 +515,11 @@ func (s *Session) outputPlan(rows int64) (plan [][]int64, guessed bool) {
 
 // runWith runs the session once, writing into pre-allocated buffers where
 // plan has a shape and letting onnxruntime allocate elsewhere; it returns
-// every output as a Tensor whose data is Go memory. truncated reports an
-// onnxruntime-allocated output whose data is shorter than its shape needs.
-func (s *Session) runWith(ins []ort.Value, plan [][]int64) (outs []Tensor, truncated bool, err error) {
+// every output as a Tensor whose data is Go memory.
+func (s *Session) runWith(ins []ort.Value, plan [][]int64) ([]Tensor, error) {
 	vals := make([]ort.Value, len(s.info.Outputs))
 	defer destroyAll(vals)
-	outs = make([]Tensor, len(vals))
+	outs := make([]Tensor, len(vals))
 	for k, o := range s.info.Outputs {
 		outs[k] = Tensor{Name: o.Name, DType: o.DType}
 		if k >= len(plan) || plan[k] == nil {
@@ -481,33 +528,30 @@ func (s *Session) runWith(ins []ort.Value, plan [][]int64) (outs []Tensor, trunc
 		buf := make([]byte, NumElements(plan[k])*int64(o.DType.Size()))
 		v, err := ort.NewCustomDataTensor(plan[k], buf, o.DType.ortType())
 		if err != nil {
-			return nil, false, fmt.Errorf("output %q: %w", o.Name, err)
+			return nil, fmt.Errorf("output %q: %w", o.Name, err)
 		}
 		vals[k] = v
 		outs[k].Shape, outs[k].Data = plan[k], buf
 	}
 	if err := s.sess.Run(ins, vals); err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	for k := range vals {
 		if outs[k].Data != nil {
 			continue // pre-allocated
 		}
 		v := vals[k]
-		if v == nil {
-			return nil, false, fmt.Errorf("output %q: onnxruntime returned nothing", outs[k].Name)
+		if isNil(v) {
+			return nil, fmt.Errorf("output %q: onnxruntime returned nothing", outs[k].Name)
 		}
 		outs[k].Shape = v.GetShape()
 		data, err := valueBytes(v)
 		if err != nil {
-			return nil, false, fmt.Errorf("output %q: %w", outs[k].Name, err)
+			return nil, fmt.Errorf("output %q: %w", outs[k].Name, err)
 		}
 		outs[k].Data = data
-		if outs[k].DType != BYTES && int64(len(data)) != NumElements(outs[k].Shape)*int64(outs[k].DType.Size()) {
-			truncated = true
-		}
 	}
-	return outs, truncated, nil
+	return outs, nil
 }
 
 // valueBytes returns an onnxruntime_go output's data as bytes. onnxruntime_go
@@ -560,10 +604,20 @@ func valueBytes(v ort.Value) ([]byte, error) {
 
 func destroyAll(vals []ort.Value) {
 	for _, v := range vals {
-		if v != nil {
+		if !isNil(v) {
 			_ = v.Destroy()
 		}
 	}
+}
+
+// isNil also catches the typed nil pointers onnxruntime_go leaves in a
+// Run's outputs when converting one fails.
+func isNil(v ort.Value) bool {
+	if v == nil {
+		return true
+	}
+	rv := reflect.ValueOf(v)
+	return rv.Kind() == reflect.Pointer && rv.IsNil()
 }
 
 // split hands each member its rows of every output it asked for. The
@@ -573,25 +627,28 @@ func (s *Session) split(outs []Tensor, preps []prepared, members []int, res []It
 	for _, m := range members {
 		rows += preps[m].rows
 	}
-	// Byte offset of each member's first row, per output, plus the end.
-	bounds := make([]int, len(outs)*(len(members)+1))
-	nShape, nOut := 0, 0
+	nm := len(members)
+	var rowBytesArr [8]int
+	rowBytes := rowBytesArr[:0]
+	if len(outs) > len(rowBytesArr) {
+		rowBytes = make([]int, 0, len(outs))
+	}
+	// For BYTES outputs, whose rows vary in size: the byte offset of each
+	// member's first row, and the end, at bounds[k*(nm+1):].
+	var bounds []int
 	for k, o := range outs {
 		if len(o.Shape) == 0 || o.Shape[0] != rows {
 			return fmt.Errorf("output %q has shape %s for a batch of %d rows", o.Name, FormatShape(o.Shape), rows)
 		}
-		b := bounds[k*(len(members)+1) : (k+1)*(len(members)+1)]
 		perRow := NumElements(o.Shape[1:])
+		rowBytes = append(rowBytes, int(perRow)*o.DType.Size())
 		if o.DType != BYTES {
-			rowBytes := int(perRow) * o.DType.Size()
-			off := 0
-			for i, m := range members {
-				b[i] = off
-				off += int(preps[m].rows) * rowBytes
-			}
-			b[len(members)] = off
 			continue
 		}
+		if bounds == nil {
+			bounds = make([]int, len(outs)*(nm+1))
+		}
+		b := bounds[k*(nm+1) : (k+1)*(nm+1)]
 		data, off := o.Data, 0
 		for i, m := range members {
 			b[i] = off
@@ -604,33 +661,37 @@ func (s *Session) split(outs []Tensor, preps []prepared, members []int, res []It
 				data = rest
 			}
 		}
-		b[len(members)] = off
+		b[nm] = off
 	}
+	nOut, nShape := 0, 0
 	for _, m := range members {
 		nOut += len(preps[m].out)
 		for _, k := range preps[m].out {
 			nShape += len(outs[k].Shape)
 		}
 	}
-	tensors := make([]Tensor, 0, nOut)
-	shapes := make([]int64, 0, nShape)
+	tensors := make([]Tensor, nOut)
+	shapes := make([]int64, nShape)
+	t, at, row := 0, 0, 0
 	for i, m := range members {
-		start := len(tensors)
+		r := int(preps[m].rows)
+		start := t
 		for _, k := range preps[m].out {
 			o := &outs[k]
-			b := bounds[k*(len(members)+1):]
-			lo, hi := b[i], b[i+1]
-			at := len(shapes)
-			shapes = append(shapes, preps[m].rows)
-			shapes = append(shapes, o.Shape[1:]...)
-			tensors = append(tensors, Tensor{
-				Name:  o.Name,
-				DType: o.DType,
-				Shape: shapes[at:len(shapes):len(shapes)],
-				Data:  o.Data[lo:hi:hi],
-			})
+			lo, hi := row*rowBytes[k], (row+r)*rowBytes[k]
+			if o.DType == BYTES {
+				lo, hi = bounds[k*(nm+1)+i], bounds[k*(nm+1)+i+1]
+			}
+			rank := len(o.Shape)
+			sh := shapes[at : at+rank : at+rank]
+			sh[0] = int64(r)
+			copy(sh[1:], o.Shape[1:])
+			at += rank
+			tensors[t] = Tensor{Name: o.Name, DType: o.DType, Shape: sh, Data: o.Data[lo:hi:hi]}
+			t++
 		}
-		res[m].Outputs = tensors[start:len(tensors):len(tensors)]
+		res[m].Outputs = tensors[start:t:t]
+		row += r
 	}
 	return nil
 }

@@ -11,6 +11,17 @@
 // and what onnxruntime reads, so a request's bytes reach onnxruntime with at
 // most the one copy that concatenation needs.
 //
+// Datatypes: BOOL, UINT8..UINT64, INT8..INT64, FP16, FP32 and FP64 travel
+// as raw bytes both ways. BYTES (ONNX STRING) works through onnxruntime_go
+// v1.35.0's StringTensor, with one limit: inputs are handed to onnxruntime
+// as C strings (FillStringTensor), so an element holding a NUL byte would be
+// cut short; such an item is refused with an *InputError instead. Outputs
+// are read with their lengths and carry any byte. FP16 outputs must have
+// static dims apart from dim 0: onnxruntime_go v1.35.0 cannot hand over an
+// FP16 tensor that onnxruntime allocated (it copies one byte per element),
+// so they are always pre-allocated, and NewSession refuses models where
+// that is impossible.
+//
 // Errors about a request (wrong datatype, rank or dims, missing or unknown
 // input, unknown output) are *InputError values that wrap ErrInvalidInput;
 // they are per item, so one bad item never fails its neighbours.

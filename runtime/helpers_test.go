@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"bytes"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -83,32 +84,42 @@ func multiTypeItem(r *rand.Rand, rows int) runtime.Item {
 	}}
 }
 
-// sameTensors reports the first difference between got and want: names,
-// dtypes and shapes exactly, floating point data within a relative
-// tolerance (batched kernels may sum in another order), the rest exactly.
+// sameTensors fails t at the first difference between got and want.
 func sameTensors(t testing.TB, what string, got, want []runtime.Tensor) {
 	t.Helper()
+	if err := diffTensors(got, want); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// diffTensors returns the first difference between got and want: names,
+// dtypes and shapes exactly, floating point data within a relative
+// tolerance (batched kernels may sum in another order), the rest exactly.
+func diffTensors(got, want []runtime.Tensor) error {
 	if len(got) != len(want) {
-		t.Fatalf("%s: %d outputs, want %d", what, len(got), len(want))
+		return fmt.Errorf("%d outputs, want %d", len(got), len(want))
 	}
 	for i := range got {
 		g, w := got[i], want[i]
 		if g.Name != w.Name || g.DType != w.DType || runtime.FormatShape(g.Shape) != runtime.FormatShape(w.Shape) {
-			t.Fatalf("%s: output %d is %s, want %s", what, i, g, w)
+			return fmt.Errorf("output %d is %s, want %s", i, g, w)
 		}
-		switch g.DType {
-		case runtime.FP32:
-			gv, _ := runtime.Values[float32](g)
-			wv, _ := runtime.Values[float32](w)
-			for j := range gv {
-				if d := math.Abs(float64(gv[j] - wv[j])); d > 1e-4*math.Max(1, math.Abs(float64(wv[j]))) {
-					t.Fatalf("%s: %s[%d] = %v, want %v", what, g.Name, j, gv[j], wv[j])
-				}
-			}
-		default:
+		if g.DType != runtime.FP32 {
 			if !bytes.Equal(g.Data, w.Data) {
-				t.Fatalf("%s: %s data differs:\n got %v\nwant %v", what, g.Name, g.Data, w.Data)
+				return fmt.Errorf("%s data differs:\n got %v\nwant %v", g.Name, g.Data, w.Data)
+			}
+			continue
+		}
+		gv, _ := runtime.Values[float32](g)
+		wv, _ := runtime.Values[float32](w)
+		if len(gv) != len(wv) {
+			return fmt.Errorf("%s: %d values, want %d", g.Name, len(gv), len(wv))
+		}
+		for j := range gv {
+			if d := math.Abs(float64(gv[j] - wv[j])); d > 1e-4*math.Max(1, math.Abs(float64(wv[j]))) {
+				return fmt.Errorf("%s[%d] = %v, want %v", g.Name, j, gv[j], wv[j])
 			}
 		}
 	}
+	return nil
 }

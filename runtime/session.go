@@ -234,6 +234,7 @@ type Session struct {
 	// noBatching is set when an output's dim 0 turned out not to follow
 	// the batch, so items are run one by one from then on.
 	noBatching atomic.Bool
+	scratch    sync.Pool // of *scratch
 
 	mu     sync.RWMutex // read-held by runs, write-held by Close
 	closed bool
@@ -327,7 +328,9 @@ func newSession(env *Env, cfg SessionConfig) (*Session, error) {
 				return fmt.Errorf("%w: model %q: CUDA execution provider for %s: %w", ErrProviderUnavailable, cfg.Name, cfg.Device, err)
 			}
 			if err := create(); err != nil {
-				return fmt.Errorf("runtime: model %q: create session on %s: %w", cfg.Name, cfg.Device, err)
+				// The model loaded on the CPU for inspection, so what fails
+				// here is the provider (no device, driver, CUDA libraries).
+				return fmt.Errorf("%w: model %q: create session on %s: %w", ErrProviderUnavailable, cfg.Name, cfg.Device, err)
 			}
 			return nil
 		})
@@ -345,6 +348,9 @@ func newSession(env *Env, cfg SessionConfig) (*Session, error) {
 // checkServable refuses models whose inputs or outputs cannot travel as
 // Tensors.
 func checkServable(info ModelInfo) error {
+	if len(info.Inputs) == 0 || len(info.Outputs) == 0 {
+		return fmt.Errorf("the model has %d inputs and %d outputs; it needs at least one of each", len(info.Inputs), len(info.Outputs))
+	}
 	for _, in := range info.Inputs {
 		if !in.DType.Valid() {
 			return fmt.Errorf("%w: input %q is %s", ErrUnsupportedDType, in.Name, in.ONNXType)
@@ -359,8 +365,30 @@ func checkServable(info ModelInfo) error {
 		if !out.DType.Valid() {
 			return fmt.Errorf("%w: output %q is %s", ErrUnsupportedDType, out.Name, out.ONNXType)
 		}
+		if out.DType == FP16 && !preallocatable(out.Dims) {
+			// onnxruntime_go v1.35.0 copies an onnxruntime-allocated
+			// FLOAT16 output with one byte per element
+			// (createTensorFromOrtValue), so building the Go tensor fails:
+			// FP16 outputs must be pre-allocated, which needs their shape.
+			return fmt.Errorf("%w: output %q is FP16 %s; onnxruntime_go v1.35.0 can only return FP16 outputs whose dims are static apart from dim 0",
+				ErrUnsupportedDType, out.Name, FormatShape(out.Dims))
+		}
 	}
 	return nil
+}
+
+// preallocatable reports whether an output's shape is known before a run
+// once its row count is: rank >= 1, every dim static except maybe dim 0.
+func preallocatable(dims []int64) bool {
+	if len(dims) == 0 {
+		return false
+	}
+	for _, d := range dims[1:] {
+		if d < 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func configureCPU(opts *ort.SessionOptions, cfg SessionConfig) error {
@@ -372,6 +400,11 @@ func configureCPU(opts *ort.SessionOptions, cfg SessionConfig) error {
 	}
 	if err := opts.SetInterOpNumThreads(1); err != nil {
 		return fmt.Errorf("inter-op threads: %w", err)
+	}
+	// Every failure is returned to the caller; onnxruntime printing it to
+	// stderr as well would log it twice.
+	if err := opts.SetLogSeverityLevel(ort.LoggingLevelFatal); err != nil {
+		return fmt.Errorf("log severity: %w", err)
 	}
 	if cfg.NoSpin {
 		if err := opts.AddSessionConfigEntry("session.intra_op.allow_spinning", "0"); err != nil {

@@ -1,0 +1,136 @@
+package broker
+
+import (
+	"context"
+
+	pb "github.com/kubemq-io/protobuf/go"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// SendQueueMessage stores one queue message (legacy send). Validation
+// failures come back in the result, like KubeMQ's.
+func (s *Server) SendQueueMessage(_ context.Context, m *pb.QueueMessage) (*pb.SendQueueMessageResult, error) {
+	results, _ := s.queues.sendBatch([]*pb.QueueMessage{m})
+	return results[0], nil
+}
+
+// SendQueueMessagesBatch stores a batch of queue messages (legacy batch
+// send), one result per message.
+func (s *Server) SendQueueMessagesBatch(_ context.Context, req *pb.QueueMessagesBatchRequest) (*pb.QueueMessagesBatchResponse, error) {
+	if req == nil || len(req.Messages) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "broker: no messages to send")
+	}
+	results, haveErrors := s.queues.sendBatch(req.Messages)
+	return &pb.QueueMessagesBatchResponse{BatchID: req.BatchID, Results: results, HaveErrors: haveErrors}, nil
+}
+
+// ReceiveQueueMessages is the legacy receive: it waits until
+// MaxNumberOfMessages are there or WaitTimeSeconds pass and consumes what
+// it got, or with IsPeak returns copies and leaves the queue as it was.
+func (s *Server) ReceiveQueueMessages(ctx context.Context, req *pb.ReceiveQueueMessagesRequest) (*pb.ReceiveQueueMessagesResponse, error) {
+	if req == nil {
+		req = &pb.ReceiveQueueMessagesRequest{}
+	}
+	resp := &pb.ReceiveQueueMessagesResponse{RequestID: req.RequestID, IsPeak: req.IsPeak, Messages: []*pb.QueueMessage{}}
+	if resp.RequestID == "" {
+		resp.RequestID = s.queues.ids.next()
+	}
+	var err error
+	switch {
+	case req.ClientID == "":
+		err = errInvalidClientID
+	case !validQueueName(req.Channel):
+		err = errInvalidQueueName
+	case req.MaxNumberOfMessages < 1 || req.MaxNumberOfMessages > maxReceiveMessages:
+		err = errInvalidMaxMsgs
+	case req.WaitTimeSeconds < 0 || req.WaitTimeSeconds > maxWaitSeconds:
+		err = errInvalidWait
+	}
+	if err != nil {
+		resp.IsError, resp.Error = true, err.Error()
+		return resp, nil
+	}
+	secs := req.WaitTimeSeconds
+	if secs == 0 {
+		secs = defaultWaitSeconds
+	}
+	q := s.queues.queue(req.Channel)
+	var (
+		msgs    []*pb.QueueMessage
+		expired int
+	)
+	if req.IsPeak {
+		msgs, expired, err = q.peek(ctx, int(req.MaxNumberOfMessages), s.queues.secondsWait(secs))
+	} else {
+		msgs, expired, err = q.take(ctx, int(req.MaxNumberOfMessages), s.queues.secondsWait(secs), false)
+	}
+	if err != nil {
+		return nil, waitError(err)
+	}
+	if msgs != nil {
+		resp.Messages = msgs
+	}
+	resp.MessagesReceived = int32(len(msgs))
+	resp.MessagesExpired = int32(expired)
+	return resp, nil
+}
+
+// AckAllQueueMessages purges the channel: it removes what is waiting, and
+// whatever arrives, for the whole WaitTimeSeconds (as KubeMQ does), then
+// reports how many it removed. Messages in flight are not touched.
+func (s *Server) AckAllQueueMessages(ctx context.Context, req *pb.AckAllQueueMessagesRequest) (*pb.AckAllQueueMessagesResponse, error) {
+	if req == nil {
+		req = &pb.AckAllQueueMessagesRequest{}
+	}
+	resp := &pb.AckAllQueueMessagesResponse{RequestID: req.RequestID}
+	if resp.RequestID == "" {
+		resp.RequestID = s.queues.ids.next()
+	}
+	var err error
+	switch {
+	case req.ClientID == "":
+		err = errInvalidClientID
+	case !validQueueName(req.Channel):
+		err = errInvalidQueueName
+	case req.WaitTimeSeconds < 0 || req.WaitTimeSeconds > maxWaitSeconds:
+		err = errInvalidWait
+	}
+	if err != nil {
+		resp.IsError, resp.Error = true, err.Error()
+		return resp, nil
+	}
+	secs := req.WaitTimeSeconds
+	if secs == 0 {
+		secs = defaultWaitSeconds
+	}
+	n, err := s.queues.queue(req.Channel).purge(ctx, s.queues.secondsWait(secs))
+	if err != nil {
+		return nil, waitError(err)
+	}
+	resp.AffectedMessages = n
+	return resp, nil
+}
+
+// QueuesInfo reports the queue channels that hold or held messages; the
+// request's QueueName, when set, lists exact names separated by ";".
+func (s *Server) QueuesInfo(_ context.Context, req *pb.QueuesInfoRequest) (*pb.QueuesInfoResponse, error) {
+	if req == nil {
+		req = &pb.QueuesInfoRequest{}
+	}
+	return &pb.QueuesInfoResponse{RefRequestID: req.RequestID, Info: s.queues.info(req.QueueName)}, nil
+}
+
+// StreamQueueMessage (the legacy per-message stream with a server-side
+// visibility timeout) is not served.
+func (s *Server) StreamQueueMessage(pb.Kubemq_StreamQueueMessageServer) error {
+	return unimplemented("StreamQueueMessage")
+}
+
+// waitError turns the end of a wait into a gRPC status.
+func waitError(err error) error {
+	if err == ErrClosed {
+		return status.Error(codes.Unavailable, err.Error())
+	}
+	return status.FromContextError(err).Err()
+}
