@@ -3,35 +3,28 @@ module github.com/inferq/inferq
 go 1.26.0
 
 require (
-	github.com/NVIDIA/go-nvml v0.13.4-1 // indirect
-	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/go-logr/logr v1.4.4 // indirect
-	github.com/go-logr/stdr v1.2.2 // indirect
+	github.com/NVIDIA/go-nvml v0.13.4-1
+	github.com/kubemq-io/kubemq-go v1.9.0
+	github.com/kubemq-io/protobuf v1.3.1
+	github.com/spf13/pflag v1.1.0
+	github.com/yalue/onnxruntime_go v1.35.0
+	go.yaml.in/yaml/v3 v3.0.6
+	google.golang.org/grpc v1.63.2
+	google.golang.org/protobuf v1.36.12
+)
+
+require (
 	github.com/go-resty/resty/v2 v2.12.0 // indirect
 	github.com/gogo/protobuf v1.3.2 // indirect
 	github.com/golang/groupcache v0.0.0-20210331224755-41bb18bfe9da // indirect
 	github.com/golang/protobuf v1.5.4 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/gorilla/websocket v1.5.1 // indirect
-	github.com/kubemq-io/kubemq-go v1.9.0 // indirect
-	github.com/kubemq-io/protobuf v1.3.1 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
-	github.com/prometheus/client_golang v1.25.0 // indirect
-	github.com/spf13/pflag v1.1.0 // indirect
-	github.com/yalue/onnxruntime_go v1.35.0 // indirect
 	go.opencensus.io v0.24.0 // indirect
-	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
-	go.opentelemetry.io/otel v1.47.0 // indirect
-	go.opentelemetry.io/otel/log v1.47.0 // indirect
-	go.opentelemetry.io/otel/metric v1.47.0 // indirect
-	go.opentelemetry.io/otel/trace v1.47.0 // indirect
 	go.uber.org/atomic v1.11.0 // indirect
-	go.yaml.in/yaml/v3 v3.0.6 // indirect
 	golang.org/x/net v0.59.0 // indirect
-	golang.org/x/sync v0.25.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20240227224415-6ceb2ff114de // indirect
-	google.golang.org/grpc v1.63.2 // indirect
-	google.golang.org/protobuf v1.36.12 // indirect
 )

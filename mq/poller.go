@@ -1,0 +1,462 @@
+package mq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	qs "github.com/kubemq-io/kubemq-go/queues_stream"
+)
+
+// PollerConfig configures a Poller.
+type PollerConfig struct {
+	// Channel is the queue to consume. Required.
+	Channel string
+	// Deliver receives each polled batch, in sequence order, from the
+	// Poller's goroutine. It may block: while it blocks the Poller does not
+	// poll (backpressure). It must return when ctx ends; messages of a
+	// batch it refuses (returns an error for) that it has not settled are
+	// NAcked, or, when ctx has ended, given back uncounted by closing the
+	// stream. Required.
+	Deliver func(ctx context.Context, batch []*Message) error
+	// MaxItems caps one stream poll. A poll never asks for more than is
+	// known to be waiting, so that it fills and returns at once (trap 2).
+	// Default 32.
+	MaxItems int
+	// MaxInFlight caps the messages handed to Deliver and not yet settled;
+	// at the cap the Poller stops polling. Default 4 x MaxItems.
+	MaxInFlight int
+	// PeekWait is how long one idle watch (legacy peek) waits for a
+	// message, in whole seconds. Default 1 s.
+	PeekWait time.Duration
+	// PollWait is the stream poll's WaitTimeout. The broker raises it to
+	// 1 s (trap 1); it only matters when fewer messages than asked for are
+	// there (another consumer took them). Default 1 s.
+	PollWait time.Duration
+	// RecycleAfter is the number of polls after which the stream client is
+	// replaced by a fresh, already warmed one; the old one is closed once
+	// everything it delivered is settled (trap 7). Default 1000.
+	RecycleAfter int
+	// DrainTimeout is how long Run waits, after its ctx ends, for the
+	// delivered messages to be settled before closing the stream clients,
+	// which gives the rest back to the queue uncounted. Default 30 s.
+	DrainTimeout time.Duration
+	// OnState is called when the Poller finds the broker up or down (for
+	// /readyz), from the Poller's goroutines; it must not block.
+	OnState func(up bool, err error)
+	// OnSettleError is called with settlement failures the SDK reports
+	// after Ack, NAck or ReQueue returned (trap 6), and with stream losses
+	// that gave held messages back; from SDK goroutines; it must not block.
+	OnSettleError func(err error)
+}
+
+func (c *PollerConfig) validate() error {
+	if c.Channel == "" {
+		return errors.New("mq: poller: empty channel")
+	}
+	if c.Deliver == nil {
+		return errors.New("mq: poller: nil Deliver")
+	}
+	setDefault(&c.MaxItems, 32)
+	setDefault(&c.MaxInFlight, 4*c.MaxItems)
+	setDefault(&c.PeekWait, time.Second)
+	setDefault(&c.PollWait, time.Second)
+	setDefault(&c.RecycleAfter, 1000)
+	setDefault(&c.DrainTimeout, 30*time.Second)
+	return nil
+}
+
+// PollerStats are a Poller's counters.
+type PollerStats struct {
+	Peeks, Polls, Messages, Recycles, SettleErrors int64
+}
+
+// Poller consumes one queue with one queues_stream client at a time: the
+// only poller of its queue in the process (traps 11, 12; get concurrency
+// from the pipeline behind it). An idle queue is watched with the legacy
+// peek (no stream poll waits on an empty queue, trap 11); when messages are
+// there it stream-polls at most as many as QueuesInfo says are waiting,
+// capped by MaxItems and the room under MaxInFlight, with AutoAck off.
+// It recycles its stream client every RecycleAfter polls, retries with
+// backoff while the broker is away and reports up/down through OnState.
+//
+// Run may be called once. Stats and Up are safe for concurrent use.
+type Poller struct {
+	c   *Conn
+	cfg PollerConfig
+	log *slog.Logger
+
+	mu       sync.Mutex
+	inflight int
+	room     chan struct{} // signalled when a message is settled
+
+	up      atomic.Bool
+	stateMu sync.Mutex
+	known   bool // an up/down state was reported
+
+	peeks, polls, msgs, recycles, settleErrs atomic.Int64
+	started                                  atomic.Bool
+	retiring                                 sync.WaitGroup
+	hardStop                                 chan struct{}
+
+	onPoll func(asked, got, waiting int) // test hook
+}
+
+// NewPoller returns a Poller for cfg.Channel on c. It does not start it.
+func (c *Conn) NewPoller(cfg PollerConfig) (*Poller, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Poller{
+		c: c, cfg: cfg,
+		log:      c.log.With("channel", cfg.Channel),
+		room:     make(chan struct{}, 1),
+		hardStop: make(chan struct{}),
+	}, nil
+}
+
+// Up reports whether the last call to the broker succeeded.
+func (p *Poller) Up() bool { return p.up.Load() }
+
+// Stats returns the Poller's counters.
+func (p *Poller) Stats() PollerStats {
+	return PollerStats{
+		Peeks: p.peeks.Load(), Polls: p.polls.Load(), Messages: p.msgs.Load(),
+		Recycles: p.recycles.Load(), SettleErrors: p.settleErrs.Load(),
+	}
+}
+
+// InFlight reports the messages delivered and not yet settled.
+func (p *Poller) InFlight() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.inflight
+}
+
+func (p *Poller) setState(up bool, err error) {
+	p.stateMu.Lock()
+	defer p.stateMu.Unlock()
+	if p.known && p.up.Load() == up {
+		return
+	}
+	p.known = true
+	p.up.Store(up)
+	if up {
+		p.log.Info("mq poller broker up")
+	} else {
+		p.log.Warn("mq poller broker down", "err", err)
+	}
+	if p.cfg.OnState != nil {
+		p.cfg.OnState(up, err)
+	}
+}
+
+func (p *Poller) settleFailed(err error) {
+	p.settleErrs.Add(1)
+	err = classify("settle on "+p.cfg.Channel, err)
+	p.log.Warn("mq settle failed", "err", err)
+	if p.cfg.OnSettleError != nil {
+		p.cfg.OnSettleError(err)
+	}
+}
+
+// pollClient is a stream client of the Poller with what it handed out.
+type pollClient struct {
+	poller  *Poller
+	sc      *streamClient
+	polls   int // Run's goroutine only
+	out     int // unsettled messages; poller.mu
+	retired bool
+	idle    chan struct{} // closed when retired and out == 0
+}
+
+func (pc *pollClient) release() {
+	p := pc.poller
+	p.mu.Lock()
+	pc.out--
+	p.inflight--
+	if pc.retired && pc.out == 0 {
+		close(pc.idle)
+	}
+	p.mu.Unlock()
+	select {
+	case p.room <- struct{}{}:
+	default:
+	}
+}
+
+// retire stops using pc: it is closed (in the background) once everything
+// it delivered is settled, or at the hard stop, so that no ack is lost.
+func (p *Poller) retire(pc *pollClient) {
+	p.mu.Lock()
+	pc.retired = true
+	if pc.out == 0 {
+		close(pc.idle)
+	}
+	p.mu.Unlock()
+	p.retiring.Add(1)
+	go func() {
+		defer p.retiring.Done()
+		select {
+		case <-pc.idle:
+			// The last settlement is queued in the SDK; give its stream a
+			// moment to send it before the close (which waits 100 ms more).
+			time.Sleep(50 * time.Millisecond)
+		case <-p.hardStop:
+		}
+		pc.sc.close()
+	}()
+}
+
+// Run consumes the queue until ctx ends, then stops polling, waits up to
+// DrainTimeout for the delivered messages to be settled, closes its stream
+// clients and returns nil. It returns an error only for a second Run or a
+// closed Conn.
+func (p *Poller) Run(ctx context.Context) error {
+	if !p.started.CompareAndSwap(false, true) {
+		return errors.New("mq: poller: Run called twice")
+	}
+	prepCtx, stopPrep := context.WithCancel(p.c.life)
+	standby := make(chan *streamClient, 1)
+	var prepWG sync.WaitGroup
+	prep := func() {
+		prepWG.Add(1)
+		go func() {
+			defer prepWG.Done()
+			p.prepare(prepCtx, standby)
+		}()
+	}
+	var cur *pollClient
+	defer func() {
+		stopPrep()
+		prepWG.Wait()
+		select {
+		case sc := <-standby:
+			sc.close()
+		default:
+		}
+		if cur != nil {
+			p.retire(cur)
+		}
+		drained := make(chan struct{})
+		go func() { p.retiring.Wait(); close(drained) }()
+		t := time.NewTimer(p.cfg.DrainTimeout)
+		defer t.Stop()
+		select {
+		case <-drained:
+		case <-t.C:
+			p.log.Warn("mq poller drain timeout, unsettled messages go back to the queue", "in_flight", p.InFlight())
+			close(p.hardStop)
+			<-drained
+		case <-p.c.life.Done():
+			close(p.hardStop)
+			<-drained
+		}
+	}()
+	prep()
+
+	var (
+		retry     = p.c.newRetry()
+		known     int // messages known to be waiting
+		downSince time.Time
+	)
+	fail := func(err error) bool {
+		if ctx.Err() != nil {
+			return false
+		}
+		known = 0
+		if errors.Is(err, ErrUnavailable) {
+			p.setState(false, err)
+			if downSince.IsZero() {
+				downSince = time.Now()
+			}
+		} else {
+			p.log.Warn("mq poller call failed", "err", err)
+		}
+		return sleep(ctx, retry.next())
+	}
+	for ctx.Err() == nil {
+		if err := p.c.isClosed(); err != nil {
+			return fmt.Errorf("mq: poller %s: %w", p.cfg.Channel, err)
+		}
+		// Backpressure: no poll while MaxInFlight messages are out.
+		p.mu.Lock()
+		room := p.cfg.MaxInFlight - p.inflight
+		p.mu.Unlock()
+		if room <= 0 {
+			select {
+			case <-p.room:
+			case <-ctx.Done():
+			}
+			continue
+		}
+		if known <= 0 {
+			// Idle watch with the legacy peek: it does not hold a slot of
+			// the broker's stream poll pool (trap 11).
+			n, err := p.peek(ctx)
+			if err != nil {
+				fail(err)
+				continue
+			}
+			p.setState(true, nil)
+			retry.reset()
+			if n == 0 {
+				continue
+			}
+			known = max(p.waiting(ctx), n)
+		}
+		if cur == nil {
+			select {
+			case sc := <-standby:
+				cur = &pollClient{poller: p, sc: sc, idle: make(chan struct{})}
+				prep()
+			case <-ctx.Done():
+				continue
+			}
+		}
+		ask := min(known, p.cfg.MaxItems, room)
+		msgs, err := p.poll(cur, ask)
+		if err != nil {
+			if errors.Is(err, ErrUnavailable) && !downSince.IsZero() && time.Since(downSince) > p.c.cfg.ReplaceAfter {
+				// A long outage: a new client gets a new connection.
+				p.log.Info("mq poller replacing stream client", "down_for", time.Since(downSince).Round(time.Millisecond))
+				p.retire(cur)
+				cur, downSince = nil, time.Now()
+			}
+			fail(err)
+			continue
+		}
+		downSince = time.Time{}
+		p.setState(true, nil)
+		retry.reset()
+		if p.onPoll != nil {
+			p.onPoll(ask, len(msgs), known)
+		}
+		known -= len(msgs)
+		if len(msgs) < ask {
+			known = 0 // fewer than asked: the poll waited, the estimate was off
+		} else if known <= 0 {
+			known = p.waiting(ctx) // still busy? skip the peek
+		}
+		cur.polls++
+		if cur.polls >= p.cfg.RecycleAfter {
+			select {
+			case sc := <-standby:
+				p.retire(cur)
+				p.recycles.Add(1)
+				cur = &pollClient{poller: p, sc: sc, idle: make(chan struct{})}
+				prep()
+			default: // the next client is not warm yet; keep this one
+			}
+		}
+		if len(msgs) > 0 {
+			p.deliver(ctx, msgs)
+		}
+	}
+	return nil
+}
+
+// prepare makes a stream client and warms its downstream (1 s, trap 3)
+// ahead of need, replacing it while it cannot connect, and hands it over.
+func (p *Poller) prepare(ctx context.Context, out chan<- *streamClient) {
+	retry := p.c.newRetry()
+	for ctx.Err() == nil {
+		sc, err := p.c.newStreamClient(p.c.life, "poll")
+		if err != nil {
+			p.log.Warn("mq poller new stream client failed", "err", err)
+			sleep(ctx, retry.next())
+			continue
+		}
+		for ctx.Err() == nil {
+			if err = sc.warmPoll(); err == nil {
+				select {
+				case out <- sc:
+					return
+				case <-ctx.Done():
+				}
+				break
+			}
+			if time.Since(sc.made) > p.c.cfg.ReplaceAfter {
+				break
+			}
+			sleep(ctx, retry.next())
+		}
+		sc.close()
+	}
+}
+
+// peek watches the idle queue: a legacy peek for one message, waiting up
+// to PeekWait. It returns how many it saw (0 or 1).
+func (p *Poller) peek(ctx context.Context) (int, error) {
+	p.peeks.Add(1)
+	msgs, err := p.c.peek(ctx, p.cfg.Channel, 1, p.cfg.PeekWait)
+	return len(msgs), err
+}
+
+// waiting asks QueuesInfo how many messages wait; 0 when unknown.
+func (p *Poller) waiting(ctx context.Context) int {
+	n, err := p.c.waitingIn(ctx, p.cfg.Channel)
+	if err != nil {
+		return 0
+	}
+	return int(n)
+}
+
+// poll makes one stream poll of n messages with the client's lifetime
+// context (trap 4) and AutoAck off.
+func (p *Poller) poll(pc *pollClient, n int) ([]*Message, error) {
+	p.polls.Add(1)
+	resp, err := pc.sc.c.Poll(pc.sc.ctx, &qs.PollRequest{
+		Channel:     p.cfg.Channel,
+		MaxItems:    n,
+		WaitTimeout: int(p.cfg.PollWait / time.Millisecond), // milliseconds (trap 1)
+		AutoAck:     false,
+		OnErrorFunc: p.settleFailed,
+	})
+	if err != nil {
+		return nil, classify("poll "+p.cfg.Channel, err)
+	}
+	msgs := make([]*Message, 0, len(resp.Messages))
+	for _, qm := range resp.Messages {
+		m := fromPB(qm.QueueMessage)
+		m.raw, m.owner = qm, pc
+		msgs = append(msgs, m)
+	}
+	p.mu.Lock()
+	pc.out += len(msgs)
+	p.inflight += len(msgs)
+	p.mu.Unlock()
+	p.msgs.Add(int64(len(msgs)))
+	return msgs, nil
+}
+
+// deliver hands msgs to Deliver; what a refused batch leaves unsettled is
+// NAcked, or at shutdown released uncounted (the stream close gives it
+// back without counting a receive).
+func (p *Poller) deliver(ctx context.Context, msgs []*Message) {
+	err := p.cfg.Deliver(ctx, msgs)
+	if err == nil {
+		return
+	}
+	for _, m := range msgs {
+		if m.Settled() {
+			continue
+		}
+		if ctx.Err() != nil {
+			if m.settled.CompareAndSwap(false, true) {
+				m.owner.release()
+			}
+			continue
+		}
+		if nerr := m.NAck(); nerr != nil && !errors.Is(nerr, ErrAlreadySettled) {
+			p.log.Warn("mq nack of refused message failed", "msg", m, "err", nerr)
+		}
+	}
+	if ctx.Err() == nil {
+		p.log.Warn("mq deliver refused a batch", "n", len(msgs), "err", err)
+	}
+}

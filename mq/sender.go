@@ -1,0 +1,306 @@
+package mq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	qs "github.com/kubemq-io/kubemq-go/queues_stream"
+)
+
+// Tags set by the helpers that resend a polled message.
+const (
+	// TagAttempt carries the attempt number on a delayed retry (Retry).
+	TagAttempt = "attempt"
+	// TagError, TagAttempts and TagOrigin describe why and from where
+	// DeadLetter forwarded a message.
+	TagError    = "error"
+	TagAttempts = "attempts"
+	TagOrigin   = "origin"
+)
+
+// Sender sends queue messages through one queues_stream client. Concurrent
+// Send calls are coalesced: one goroutine takes whatever calls are queued
+// and sends their messages in one stream send (up to Config.SendBatchMax
+// messages and SendBatchBytes), so that many callers sending one message
+// each get batch throughput (1 msg per call 6.4k/s, 100 per call 105k/s
+// on the real broker). Each caller gets its own result.
+//
+// Sender is safe for concurrent use and lives as long as its Conn.
+type Sender struct {
+	c    *Conn
+	reqs chan *sendReq
+
+	calls atomic.Int64 // stream sends made
+	sent  atomic.Int64 // messages stored
+}
+
+type sendReq struct {
+	ctx  context.Context
+	msgs []OutMessage
+	errs []error // per message, filled by run
+	err  error   // for the whole request
+	done chan struct{}
+}
+
+func newSender(c *Conn) *Sender {
+	return &Sender{c: c, reqs: make(chan *sendReq, 4096)}
+}
+
+// Calls reports how many stream sends the Sender made; Messages how many
+// messages the broker stored. For tests and metrics.
+func (s *Sender) Calls() int64    { return s.calls.Load() }
+func (s *Sender) Messages() int64 { return s.sent.Load() }
+
+// Send sends msgs and waits until the broker stored them or refused them.
+// It returns nil when all were stored; otherwise, with one message, that
+// message's error, with several a *BatchError whose Errs[i] is the error of
+// msgs[i] (nil when stored). Invalid or oversized messages fail the whole
+// call before anything is sent. A broker that is away gives ErrUnavailable
+// at once (the caller decides on retries). ctx bounds the wait: a Send
+// whose ctx ends may still have been stored.
+func (s *Sender) Send(ctx context.Context, msgs ...OutMessage) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	if err := s.c.isClosed(); err != nil {
+		return err
+	}
+	for i := range msgs {
+		m := &msgs[i]
+		switch {
+		case m.Channel == "":
+			return fmt.Errorf("mq: send: message %d: empty channel", i)
+		case m.size() > s.c.cfg.MaxMessageBytes:
+			return fmt.Errorf("mq: send to %s: %d bytes over the %d limit: %w", m.Channel, m.size(), s.c.cfg.MaxMessageBytes, ErrTooLarge)
+		case m.DelaySeconds < 0 || m.ExpirationSeconds < 0 || m.MaxReceiveCount < 0:
+			return fmt.Errorf("mq: send to %s: negative policy value", m.Channel)
+		}
+	}
+	r := &sendReq{ctx: ctx, msgs: msgs, done: make(chan struct{})}
+	select {
+	case s.reqs <- r:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.c.life.Done():
+		return fmt.Errorf("mq: send: %w", ErrClosed)
+	}
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if r.err != nil {
+		return r.err
+	}
+	failed := false
+	for _, err := range r.errs {
+		failed = failed || err != nil
+	}
+	switch {
+	case !failed:
+		return nil
+	case len(r.errs) == 1:
+		return r.errs[0]
+	default:
+		return &BatchError{Errs: r.errs}
+	}
+}
+
+// run owns the stream client: it warms it up at start (trap 3), gathers
+// queued requests into batches and sends them, replaces the client after
+// Config.ReplaceAfter of unavailability, and fails what is queued with
+// ErrClosed when the Conn closes.
+func (s *Sender) run() {
+	var (
+		client    *streamClient
+		downSince time.Time
+		pending   *sendReq
+	)
+	defer func() {
+		if client != nil {
+			client.close()
+		}
+		for {
+			select {
+			case r := <-s.reqs:
+				r.err = fmt.Errorf("mq: send: %w", ErrClosed)
+				close(r.done)
+			default:
+				return
+			}
+		}
+	}()
+	connect := func() error {
+		if client == nil {
+			sc, err := s.c.newStreamClient(s.c.life, "send")
+			if err != nil {
+				return err
+			}
+			client = sc
+		}
+		return client.warmSend()
+	}
+	if err := connect(); err != nil {
+		s.c.log.Warn("mq sender warm up failed", "err", err)
+	}
+	for {
+		var first *sendReq
+		if pending != nil {
+			first, pending = pending, nil
+		} else {
+			select {
+			case first = <-s.reqs:
+			case <-s.c.life.Done():
+				return
+			}
+		}
+		batch, n, size := []*sendReq{first}, len(first.msgs), sizeOf(first.msgs)
+	gather:
+		for n < s.c.cfg.SendBatchMax && size < s.c.cfg.SendBatchBytes {
+			select {
+			case r := <-s.reqs:
+				if n+len(r.msgs) > s.c.cfg.SendBatchMax || size+sizeOf(r.msgs) > s.c.cfg.SendBatchBytes {
+					pending = r
+					break gather
+				}
+				batch = append(batch, r)
+				n += len(r.msgs)
+				size += sizeOf(r.msgs)
+			default:
+				break gather
+			}
+		}
+		err := connect()
+		if err == nil {
+			downSince = time.Time{}
+			s.sendBatch(client, batch)
+			continue
+		}
+		for _, r := range batch {
+			r.err = fmt.Errorf("mq: send: %w", err)
+			close(r.done)
+		}
+		if errors.Is(err, ErrUnavailable) {
+			if downSince.IsZero() {
+				downSince = time.Now()
+			} else if time.Since(downSince) > s.c.cfg.ReplaceAfter && client != nil {
+				s.c.log.Info("mq sender replacing stream client", "down_for", time.Since(downSince).Round(time.Millisecond))
+				client.close()
+				client, downSince = nil, time.Time{}
+			}
+		}
+	}
+}
+
+func sizeOf(msgs []OutMessage) int {
+	n := 0
+	for i := range msgs {
+		n += msgs[i].size()
+	}
+	return n
+}
+
+// sendBatch sends the messages of batch in chunks within the limits and
+// completes every request.
+func (s *Sender) sendBatch(client *streamClient, batch []*sendReq) {
+	type slot struct {
+		r *sendReq
+		i int
+	}
+	var (
+		slots []slot
+		msgs  []*qs.QueueMessage
+		size  int
+	)
+	flush := func() {
+		if len(msgs) == 0 {
+			return
+		}
+		ctx, cancel := context.WithTimeout(s.c.life, s.c.cfg.SendTimeout)
+		res, err := client.c.Send(ctx, msgs...)
+		cancel()
+		s.calls.Add(1)
+		if err == nil && (res == nil || len(res.Results) != len(msgs)) {
+			err = fmt.Errorf("broker answered %d results for %d messages", resultsLen(res), len(msgs))
+		}
+		for k, sl := range slots {
+			switch {
+			case err != nil:
+				sl.r.errs[sl.i] = classify("send to "+sl.r.msgs[sl.i].Channel, err)
+			case res.Results[k].IsError:
+				sl.r.errs[sl.i] = classify("send to "+sl.r.msgs[sl.i].Channel, errors.New(res.Results[k].Error))
+			default:
+				s.sent.Add(1)
+			}
+		}
+		slots, msgs, size = slots[:0], msgs[:0], 0
+	}
+	for _, r := range batch {
+		r.errs = make([]error, len(r.msgs))
+		if err := r.ctx.Err(); err != nil {
+			r.err = err
+			continue
+		}
+		for i := range r.msgs {
+			m := &r.msgs[i]
+			if len(msgs) >= s.c.cfg.SendBatchMax || size+m.size() > s.c.cfg.SendBatchBytes {
+				flush()
+			}
+			msgs = append(msgs, m.toQS())
+			slots = append(slots, slot{r, i})
+			size += m.size()
+		}
+	}
+	flush()
+	for _, r := range batch {
+		close(r.done)
+	}
+}
+
+func resultsLen(r *qs.SendResult) int {
+	if r == nil {
+		return 0
+	}
+	return len(r.Results)
+}
+
+// Retry schedules a delayed retry of m (DESIGN 4.2): it sends a copy of m
+// to m.Channel with DelaySeconds = delay (rounded up to whole seconds) and
+// TagAttempt = attempt, and only when that is stored Acks m. If the send
+// fails m is left unsettled (the caller NAcks it or lets it come back); if
+// the Ack fails after the send, the task exists twice, which at-least-once
+// delivery allows. Safe for concurrent use.
+func (s *Sender) Retry(ctx context.Context, m *Message, delay time.Duration, attempt int) error {
+	out := m.Out(m.Channel, map[string]string{TagAttempt: strconv.Itoa(attempt)})
+	out.DelaySeconds = int((delay + time.Second - 1) / time.Second)
+	if err := s.Send(ctx, out); err != nil {
+		return fmt.Errorf("mq: retry %s: %w", m.ID, err)
+	}
+	return m.Ack()
+}
+
+// Forward sends m raw (body, metadata, tags plus extra, no receive policy)
+// to channel and then Acks m, with the ordering and failure rules of Retry.
+// It is the unprocessable-queue path.
+func (s *Sender) Forward(ctx context.Context, m *Message, channel string, extra map[string]string) error {
+	out := m.Out(channel, extra)
+	out.MaxReceiveCount, out.MaxReceiveQueue = 0, ""
+	if err := s.Send(ctx, out); err != nil {
+		return fmt.Errorf("mq: forward %s to %s: %w", m.ID, channel, err)
+	}
+	return m.Ack()
+}
+
+// DeadLetter forwards m to dlq with the tags TagError (reason), TagAttempts
+// and TagOrigin (m's channel), then Acks m, like Forward.
+func (s *Sender) DeadLetter(ctx context.Context, m *Message, dlq, reason string, attempts int) error {
+	return s.Forward(ctx, m, dlq, map[string]string{
+		TagError:    reason,
+		TagAttempts: strconv.Itoa(attempts),
+		TagOrigin:   m.Channel,
+	})
+}

@@ -1,0 +1,142 @@
+package mq
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"strings"
+	"time"
+
+	pb "github.com/kubemq-io/protobuf/go"
+)
+
+// newID returns a random 128-bit hex id for requests and events.
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// waitSeconds turns d into the legacy API's whole seconds, at least 1.
+func waitSeconds(d time.Duration) int32 {
+	s := int32((d + time.Second - 1) / time.Second)
+	return max(s, 1)
+}
+
+// receive is the legacy ReceiveQueueMessages: with peek it copies up to max
+// messages from the head of channel without taking them, else it takes
+// them (auto-ack). It waits up to wait (whole seconds, at least 1) until
+// max messages are there. It does not use the broker's stream poll pool
+// (trap 11).
+func (c *Conn) receive(ctx context.Context, op, channel string, max int, wait time.Duration, peek bool) ([]*pb.QueueMessage, error) {
+	if err := c.isClosed(); err != nil {
+		return nil, err
+	}
+	resp, err := c.api.ReceiveQueueMessages(ctx, &pb.ReceiveQueueMessagesRequest{
+		RequestID:           newID(),
+		ClientID:            c.cfg.ClientID,
+		Channel:             channel,
+		MaxNumberOfMessages: int32(max),
+		WaitTimeSeconds:     waitSeconds(wait),
+		IsPeak:              peek,
+	})
+	if err != nil {
+		return nil, classify(op+" "+channel, err)
+	}
+	if resp.IsError {
+		return nil, classify(op+" "+channel, errors.New(resp.Error))
+	}
+	return resp.Messages, nil
+}
+
+func (c *Conn) peek(ctx context.Context, channel string, max int, wait time.Duration) ([]*pb.QueueMessage, error) {
+	return c.receive(ctx, "peek", channel, max, wait, true)
+}
+
+// Peek returns copies of up to max messages at the head of channel without
+// taking them. It returns as soon as max messages are there, else after
+// wait (whole seconds, at least 1: a peek that finds fewer than max costs
+// the whole wait). The messages cannot be settled (ErrNotSettleable). Safe
+// for concurrent use; ctx bounds the call.
+func (c *Conn) Peek(ctx context.Context, channel string, max int, wait time.Duration) ([]*Message, error) {
+	raw, err := c.peek(ctx, channel, max, wait)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*Message, len(raw))
+	for i, m := range raw {
+		out[i] = fromPB(m)
+	}
+	return out, nil
+}
+
+// ReceiveOne takes (auto-acks) one message from channel, waiting up to
+// wait (whole seconds, at least 1) for one, and reports whether it found
+// one. It is the cheap way to remove an old per-task result record
+// (KUBEMQ.md: never the 1 s purge); on an empty channel it costs the whole
+// wait, so keep it off the task path. Do not use it on a channel whose
+// record may have expired (trap 8). Safe for concurrent use.
+func (c *Conn) ReceiveOne(ctx context.Context, channel string, wait time.Duration) (bool, error) {
+	raw, err := c.receive(ctx, "receive", channel, 1, wait, false)
+	return len(raw) > 0, err
+}
+
+// QueueInfo is one queue channel's counters as the broker reports them.
+type QueueInfo struct {
+	Name      string
+	Waiting   int64 // ready for delivery (an estimate on the real broker)
+	Messages  int64
+	Sent      int64
+	Delivered int64
+}
+
+// QueuesInfo returns the queue channels matching filter (the broker's
+// filter syntax; "" for all) by name. The real broker trims the characters
+// of "_QUEUES." from both ends of names: look names up with InfoName.
+// Safe for concurrent use; ctx bounds the call.
+func (c *Conn) QueuesInfo(ctx context.Context, filter string) (map[string]QueueInfo, error) {
+	if err := c.isClosed(); err != nil {
+		return nil, err
+	}
+	resp, err := c.api.QueuesInfo(ctx, &pb.QueuesInfoRequest{RequestID: newID(), QueueName: filter})
+	if err != nil {
+		return nil, classify("queues info", err)
+	}
+	out := map[string]QueueInfo{}
+	if resp.Info == nil {
+		return out, nil
+	}
+	for _, q := range resp.Info.Queues {
+		out[q.Name] = QueueInfo{Name: q.Name, Waiting: q.Waiting, Messages: q.Messages, Sent: q.Sent, Delivered: q.Delivered}
+	}
+	return out, nil
+}
+
+// InfoName is the name under which QueuesInfo may report channel: the real
+// broker trims the characters of "_QUEUES." from both ends.
+func InfoName(channel string) string { return strings.Trim(channel, "_QUEUES.") }
+
+// waitingIn returns the number of messages waiting in channel.
+func (c *Conn) waitingIn(ctx context.Context, channel string) (int64, error) {
+	infos, err := c.QueuesInfo(ctx, channel)
+	if err != nil {
+		return 0, err
+	}
+	if q, ok := infos[channel]; ok {
+		return max(q.Waiting, 0), nil
+	}
+	if q, ok := infos[InfoName(channel)]; ok {
+		return max(q.Waiting, 0), nil
+	}
+	return 0, nil
+}
+
+// Ping checks that the broker answers. Safe for concurrent use.
+func (c *Conn) Ping(ctx context.Context) error {
+	if err := c.isClosed(); err != nil {
+		return err
+	}
+	_, err := c.api.Ping(ctx, &pb.Empty{})
+	return classify("ping", err)
+}

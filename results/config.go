@@ -1,0 +1,127 @@
+package results
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Config configures a Store. Zero fields take the defaults documented on
+// each; New calls Validate.
+type Config struct {
+	// Broker is where records go. Required.
+	Broker Broker
+	// Logger receives the store's logs; nil discards them.
+	Logger *slog.Logger
+	// DataDir holds the disk spool; empty keeps the spool in memory only.
+	DataDir string
+
+	// ResultPrefix prefixes the compat channel: <prefix><task_id>.
+	// Default "rayserve-result-".
+	ResultPrefix string
+	// Expiry is the expiration of compat records, ours and the Python
+	// producer's PENDING. Default 3600 s.
+	Expiry time.Duration
+	// ExpiryMargin: the old record is not removed once its expiry is this
+	// close, because a receive that meets only an expired record swallows the
+	// next message (KUBEMQ.md trap 8). Default 60 s (covers clock skew and the
+	// receive's own wait).
+	ExpiryMargin time.Duration
+	// MaxResultBytes is the largest body sent to the broker; a larger one is
+	// kept whole in the spool and the broker gets Entry.Substitute.
+	// Default 4 MiB (the Python adapter's send limit).
+	MaxResultBytes int
+
+	// Retries is the number of retries after a failed broker write before
+	// the record is spooled. 0 means the default 3; negative means none.
+	Retries int
+	// RetryBackoff is the wait between retries. Default 1 s.
+	RetryBackoff time.Duration
+	// RemoveWait is the wait of the removal receive. Default 1 s (the
+	// broker's floor).
+	RemoveWait time.Duration
+	// RemoveConcurrency bounds the removal receives in flight. Default 64.
+	RemoveConcurrency int
+
+	// SpoolEntries bounds the records whose bytes the spool keeps in memory.
+	// Default 10 000.
+	SpoolEntries int
+	// SpoolMemoryBytes bounds the bytes of those records. Default 1 GiB.
+	SpoolMemoryBytes int64
+	// SpoolDiskBytes bounds the disk spool. Default 4 GiB.
+	SpoolDiskBytes int64
+	// CacheEntries bounds the cache of recently stored records. Default 10 000.
+	CacheEntries int
+	// CacheBytes bounds the bytes of that cache. Default 256 MiB.
+	CacheBytes int64
+
+	// ReplayBackoff is the first wait after a replay pass met a broker
+	// error; it doubles up to ReplayBackoffMax. Defaults 1 s and 30 s.
+	ReplayBackoff    time.Duration
+	ReplayBackoffMax time.Duration
+	// ReplayConcurrency bounds the tasks replayed at once. Default 16.
+	ReplayConcurrency int
+
+	// Now is the clock; nil means time.Now. For tests.
+	Now func() time.Time
+}
+
+func (c *Config) setDefaults() {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	setDefault(&c.ResultPrefix, "rayserve-result-")
+	setDefault(&c.Expiry, 3600*time.Second)
+	setDefault(&c.ExpiryMargin, 60*time.Second)
+	setDefault(&c.MaxResultBytes, 4<<20)
+	setDefault(&c.Retries, 3)
+	if c.Retries < 0 {
+		c.Retries = 0
+	}
+	setDefault(&c.RetryBackoff, time.Second)
+	setDefault(&c.RemoveWait, time.Second)
+	setDefault(&c.RemoveConcurrency, 64)
+	setDefault(&c.SpoolEntries, 10000)
+	setDefault(&c.SpoolMemoryBytes, 1<<30)
+	setDefault(&c.SpoolDiskBytes, 4<<30)
+	setDefault(&c.CacheEntries, 10000)
+	setDefault(&c.CacheBytes, 256<<20)
+	setDefault(&c.ReplayBackoff, time.Second)
+	setDefault(&c.ReplayBackoffMax, 30*time.Second)
+	setDefault(&c.ReplayConcurrency, 16)
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+func setDefault[T comparable](p *T, v T) {
+	var zero T
+	if *p == zero {
+		*p = v
+	}
+}
+
+// Validate reports the first field that cannot work once the defaults are
+// applied (to a copy: c is not changed).
+func (c Config) Validate() error {
+	c.setDefaults()
+	switch {
+	case c.Broker == nil:
+		return fmt.Errorf("%w: broker is required", ErrInvalidConfig)
+	case c.Expiry < time.Second:
+		return fmt.Errorf("%w: expiry %s is under 1s", ErrInvalidConfig, c.Expiry)
+	case c.ExpiryMargin < 0 || c.ExpiryMargin >= c.Expiry:
+		return fmt.Errorf("%w: expiry_margin %s must be in [0, expiry)", ErrInvalidConfig, c.ExpiryMargin)
+	case c.MaxResultBytes < 0:
+		return fmt.Errorf("%w: max_result_bytes %d is negative", ErrInvalidConfig, c.MaxResultBytes)
+	case c.RetryBackoff < 0 || c.RemoveWait < 0 || c.ReplayBackoff < 0:
+		return fmt.Errorf("%w: negative backoff or wait", ErrInvalidConfig)
+	case c.ReplayBackoffMax < c.ReplayBackoff:
+		return fmt.Errorf("%w: replay_backoff_max %s is under replay_backoff %s", ErrInvalidConfig, c.ReplayBackoffMax, c.ReplayBackoff)
+	case c.RemoveConcurrency < 1 || c.ReplayConcurrency < 1:
+		return fmt.Errorf("%w: concurrency must be at least 1", ErrInvalidConfig)
+	case c.SpoolEntries < 1 || c.SpoolMemoryBytes < 1 || c.SpoolDiskBytes < 1 || c.CacheEntries < 1 || c.CacheBytes < 1:
+		return fmt.Errorf("%w: spool and cache bounds must be positive", ErrInvalidConfig)
+	}
+	return nil
+}

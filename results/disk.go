@@ -1,0 +1,208 @@
+package results
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The disk spool keeps one file per record, named by its spool sequence:
+// <seq>.rec waits for replay, <seq>.held is kept for lookups only (an
+// oversize record whose substitute the broker holds, or one the broker
+// refused for good). A file is a JSON header line followed by the body and
+// the substitute. Files are written to <seq>.tmp, fsynced, renamed and the
+// directory fsynced, so a crash leaves a whole record or none; the header's
+// CRC catches anything else. One file per record keeps removal after replay
+// a single unlink and lets lookups read one record without scanning a log.
+
+const (
+	extPending = ".rec"
+	extHeld    = ".held"
+	extTmp     = ".tmp"
+	extBad     = ".bad"
+	maxHeader  = 64 << 10
+)
+
+type diskHeader struct {
+	Seq       uint64    `json:"seq"`
+	TaskID    string    `json:"task_id"`
+	Status    string    `json:"status,omitempty"`
+	Terminal  bool      `json:"terminal"`
+	ReplyTo   string    `json:"reply_to,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	Removed   bool      `json:"removed,omitempty"`
+	BodyLen   int       `json:"body_len"`
+	SubLen    int       `json:"sub_len"`
+	CRC       uint32    `json:"crc"`
+}
+
+// disk is the file side of the spool. It holds no state besides the
+// directory; the spool serialises calls about one record.
+type disk struct{ dir string }
+
+func (d disk) path(seq uint64, ext string) string {
+	return filepath.Join(d.dir, fmt.Sprintf("%020d%s", seq, ext))
+}
+
+func checksum(body, sub []byte) uint32 {
+	return crc32.Update(crc32.ChecksumIEEE(body), crc32.IEEETable, sub)
+}
+
+// write stores a record durably and returns the file's size.
+func (d disk) write(h diskHeader, body, sub []byte, ext string) (int64, error) {
+	h.BodyLen, h.SubLen, h.CRC = len(body), len(sub), checksum(body, sub)
+	hdr, err := json.Marshal(h)
+	if err != nil {
+		return 0, fmt.Errorf("encode spool header: %w", err)
+	}
+	tmp := d.path(h.Seq, extTmp)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return 0, fmt.Errorf("create spool file: %w", err)
+	}
+	size := int64(len(hdr) + 1 + len(body) + len(sub))
+	w := bufio.NewWriterSize(f, 64<<10)
+	_, _ = w.Write(hdr)
+	_ = w.WriteByte('\n')
+	_, _ = w.Write(body)
+	_, _ = w.Write(sub)
+	err = errors.Join(w.Flush(), f.Sync(), f.Close())
+	if err == nil {
+		err = os.Rename(tmp, d.path(h.Seq, ext))
+	}
+	if err == nil {
+		err = d.syncDir()
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return 0, fmt.Errorf("write spool file %s: %w", d.path(h.Seq, ext), err)
+	}
+	return size, nil
+}
+
+func (d disk) syncDir() error {
+	f, err := os.Open(d.dir)
+	if err != nil {
+		return err
+	}
+	return errors.Join(f.Sync(), f.Close())
+}
+
+// rename moves a record between states (pending to held).
+func (d disk) rename(seq uint64, from, to string) error {
+	if err := os.Rename(d.path(seq, from), d.path(seq, to)); err != nil {
+		return fmt.Errorf("move spool file: %w", err)
+	}
+	return d.syncDir()
+}
+
+// remove deletes a record; a crash before the unlink reaches the disk only
+// replays the record again (delivery is at least once).
+func (d disk) remove(seq uint64, ext string) error {
+	if err := os.Remove(d.path(seq, ext)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove spool file: %w", err)
+	}
+	return nil
+}
+
+// read returns a record's body and substitute, checked against its CRC.
+func (d disk) read(seq uint64, ext string) (body, sub []byte, err error) {
+	data, err := os.ReadFile(d.path(seq, ext))
+	if err != nil {
+		return nil, nil, fmt.Errorf("read spool file: %w", err)
+	}
+	i := bytes.IndexByte(data, '\n')
+	if i < 0 {
+		return nil, nil, fmt.Errorf("spool file %s: no header", d.path(seq, ext))
+	}
+	var h diskHeader
+	if err := json.Unmarshal(data[:i], &h); err != nil {
+		return nil, nil, fmt.Errorf("spool file %s: header: %w", d.path(seq, ext), err)
+	}
+	rest := data[i+1:]
+	if h.BodyLen < 0 || h.SubLen < 0 || len(rest) != h.BodyLen+h.SubLen {
+		return nil, nil, fmt.Errorf("spool file %s: %d bytes after the header, header says %d+%d",
+			d.path(seq, ext), len(rest), h.BodyLen, h.SubLen)
+	}
+	body, sub = rest[:h.BodyLen:h.BodyLen], rest[h.BodyLen:]
+	if checksum(body, sub) != h.CRC {
+		return nil, nil, fmt.Errorf("spool file %s: checksum mismatch", d.path(seq, ext))
+	}
+	return body, sub, nil
+}
+
+// diskRecord is a record found by load; bodies stay on disk until needed.
+type diskRecord struct {
+	h    diskHeader
+	held bool
+	size int64
+}
+
+// load lists the records a previous process left, in sequence order. Files
+// that cannot be read are renamed *.bad and reported in bad; leftover
+// temporary files are removed.
+func (d disk) load() (recs []diskRecord, bad []error, err error) {
+	if err := os.MkdirAll(d.dir, 0o700); err != nil {
+		return nil, nil, fmt.Errorf("create spool dir: %w", err)
+	}
+	ents, err := os.ReadDir(d.dir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read spool dir: %w", err)
+	}
+	for _, de := range ents { // ReadDir sorts by name: zero-padded seq order
+		name := de.Name()
+		ext := filepath.Ext(name)
+		if ext == extTmp {
+			_ = os.Remove(filepath.Join(d.dir, name))
+			continue
+		}
+		if ext != extPending && ext != extHeld {
+			continue
+		}
+		seq, perr := strconv.ParseUint(strings.TrimSuffix(name, ext), 10, 64)
+		if perr != nil {
+			continue
+		}
+		rec, rerr := d.header(seq, ext)
+		if rerr != nil {
+			bad = append(bad, rerr)
+			_ = os.Rename(d.path(seq, ext), d.path(seq, ext+extBad))
+			continue
+		}
+		recs = append(recs, rec)
+	}
+	return recs, bad, nil
+}
+
+func (d disk) header(seq uint64, ext string) (diskRecord, error) {
+	f, err := os.Open(d.path(seq, ext))
+	if err != nil {
+		return diskRecord{}, fmt.Errorf("open spool file: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return diskRecord{}, fmt.Errorf("stat spool file: %w", err)
+	}
+	line, err := bufio.NewReader(io.LimitReader(f, maxHeader)).ReadBytes('\n')
+	if err != nil {
+		return diskRecord{}, fmt.Errorf("spool file %s: header: %w", d.path(seq, ext), err)
+	}
+	var h diskHeader
+	if err := json.Unmarshal(line, &h); err != nil {
+		return diskRecord{}, fmt.Errorf("spool file %s: header: %w", d.path(seq, ext), err)
+	}
+	if h.Seq != seq || h.TaskID == "" || int64(len(line))+int64(h.BodyLen)+int64(h.SubLen) != st.Size() {
+		return diskRecord{}, fmt.Errorf("spool file %s: header does not match the file", d.path(seq, ext))
+	}
+	return diskRecord{h: h, held: ext == extHeld, size: st.Size()}, nil
+}

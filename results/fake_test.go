@@ -1,0 +1,297 @@
+package results
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"sync"
+	"testing"
+	"time"
+)
+
+// brokerErr is the fake's error; it follows the Temporary() contract.
+type brokerErr struct {
+	msg  string
+	temp bool
+}
+
+func (e *brokerErr) Error() string   { return e.msg }
+func (e *brokerErr) Temporary() bool { return e.temp }
+
+var (
+	errUnavailable = &brokerErr{msg: "fake: broker unavailable", temp: true}
+	errTooLarge    = &brokerErr{msg: "fake: message too large", temp: false}
+)
+
+type fakeMsg struct {
+	body    []byte
+	expires time.Time
+}
+
+type fakeEvent struct {
+	body []byte
+	tags map[string]string
+}
+
+// fakeBroker keeps queues and events store channels in memory. It models
+// trap 8: a receive that meets only expired messages makes the channel
+// swallow the next message sent to it.
+type fakeBroker struct {
+	now func() time.Time
+
+	mu        sync.Mutex
+	queues    map[string][]fakeMsg
+	events    map[string][]fakeEvent
+	swallow   map[string]bool
+	swallowed int
+	down      bool          // every call fails with errUnavailable
+	failNext  int           // the next n calls fail with errUnavailable
+	failWith  error         // every send fails with this error
+	failCh    string        // event sends to this channel fail with errUnavailable
+	ops       []string      // "receive ch", "send ch", "event ch", in call order
+	calls     int           // calls, failed ones included
+	receiving int           // ReceiveOne calls in flight
+	maxRecv   int           // most ReceiveOne calls seen in flight at once
+	block     chan struct{} // when set, ReceiveOne waits for it to close
+	onCall    func()        // called (without mu) at the start of every call
+}
+
+func newFakeBroker() *fakeBroker {
+	return &fakeBroker{
+		now:     time.Now,
+		queues:  make(map[string][]fakeMsg),
+		events:  make(map[string][]fakeEvent),
+		swallow: make(map[string]bool),
+	}
+}
+
+func (f *fakeBroker) enter(op string) error {
+	if f.onCall != nil {
+		f.onCall()
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	if f.down {
+		return errUnavailable
+	}
+	if f.failNext > 0 {
+		f.failNext--
+		return errUnavailable
+	}
+	f.ops = append(f.ops, op)
+	return nil
+}
+
+func (f *fakeBroker) SendEventStore(ctx context.Context, ch string, body []byte, tags map[string]string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := f.enter("event " + ch); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failWith != nil {
+		return f.failWith
+	}
+	if ch == f.failCh {
+		return errUnavailable
+	}
+	f.events[ch] = append(f.events[ch], fakeEvent{body: bytes.Clone(body), tags: maps.Clone(tags)})
+	return nil
+}
+
+func (f *fakeBroker) SendQueue(ctx context.Context, ch string, body []byte, expiry time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := f.enter("send " + ch); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failWith != nil {
+		return f.failWith
+	}
+	if f.swallow[ch] {
+		delete(f.swallow, ch)
+		f.swallowed++
+		return nil
+	}
+	f.queues[ch] = append(f.queues[ch], fakeMsg{body: bytes.Clone(body), expires: f.now().Add(expiry)})
+	return nil
+}
+
+func (f *fakeBroker) ReceiveOne(ctx context.Context, ch string, wait time.Duration) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	if err := f.enter("receive " + ch); err != nil {
+		return false, err
+	}
+	f.mu.Lock()
+	f.receiving++
+	f.maxRecv = max(f.maxRecv, f.receiving)
+	block := f.block
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.receiving--
+		f.mu.Unlock()
+	}()
+	if block != nil {
+		select {
+		case <-block:
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	q := f.queues[ch]
+	now := f.now()
+	live := q[:0:0]
+	for _, m := range q {
+		if now.Before(m.expires) {
+			live = append(live, m)
+		}
+	}
+	if len(live) == 0 {
+		if len(q) > 0 {
+			f.swallow[ch] = true // trap 8
+		}
+		f.queues[ch] = nil
+		return false, nil
+	}
+	f.queues[ch] = live[1:]
+	return true, nil
+}
+
+// put writes a message as a producer would (the adapter's PENDING).
+func (f *fakeBroker) put(ch string, body string, expires time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.queues[ch] = append(f.queues[ch], fakeMsg{body: []byte(body), expires: expires})
+}
+
+// queue returns the live bodies of a queue channel, oldest first.
+func (f *fakeBroker) queue(ch string) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, m := range f.queues[ch] {
+		if f.now().Before(m.expires) {
+			out = append(out, string(m.body))
+		}
+	}
+	return out
+}
+
+func (f *fakeBroker) eventBodies(ch string) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, e := range f.events[ch] {
+		out = append(out, string(e.body))
+	}
+	return out
+}
+
+func (f *fakeBroker) set(fn func(f *fakeBroker)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fn(f)
+}
+
+func (f *fakeBroker) get(fn func(f *fakeBroker)) { f.set(fn) }
+
+func (f *fakeBroker) opsOf(prefix string) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, op := range f.ops {
+		if len(op) >= len(prefix) && op[:len(prefix)] == prefix {
+			out = append(out, op)
+		}
+	}
+	return out
+}
+
+// logBuf is a goroutine-safe log sink for tests that look at logs.
+type logBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// testConfig is a fast Config: no waits between retries or replay passes.
+func testConfig(b Broker) Config {
+	return Config{
+		Broker:           b,
+		RetryBackoff:     time.Nanosecond,
+		ReplayBackoff:    time.Millisecond,
+		ReplayBackoffMax: 5 * time.Millisecond,
+	}
+}
+
+func newStore(t testing.TB, cfg Config) *Store {
+	t.Helper()
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return s
+}
+
+// runStore starts Run and stops it at cleanup, checking it returned nil.
+func runStore(t *testing.T, s *Store) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func rec(id, status string) []byte {
+	return fmt.Appendf(nil, `{"task_id":%q,"status":%q}`, id, status)
+}
+
+func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+func slogTo(w *logBuf) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }

@@ -1,0 +1,255 @@
+package results
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ErrNotFlushed is returned by Close when spooled records exist only in
+// memory (no data dir, or the disk refused them): they are lost at exit.
+var ErrNotFlushed = errors.New("results: spooled records not on disk")
+
+// Store writes result records to the broker, falling back to a spool it
+// replays. Put, Get and Stats are safe for concurrent use by any number of
+// goroutines; Run is called once; Close once, after Run returned.
+type Store struct {
+	cfg       Config
+	log       *slog.Logger
+	broker    Broker
+	spool     *spool
+	cache     *cache
+	locks     taskLocks
+	removeSem chan struct{} // bounds removal receives in flight
+	kick      chan struct{} // wakes Run when a record was spooled
+
+	retries, spooled, replayed, parked atomic.Uint64
+
+	mu       sync.RWMutex // guards closed against inflight.Add
+	closed   bool
+	inflight sync.WaitGroup
+}
+
+// New validates cfg and returns a Store. With a data dir it creates the
+// directory and loads the records a previous process spooled there; Run
+// replays them and Get answers from them at once.
+func New(cfg Config) (*Store, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Store{
+		cfg: cfg, log: cfg.Logger, broker: cfg.Broker,
+		cache:     newCache(cfg.CacheEntries, cfg.CacheBytes),
+		removeSem: make(chan struct{}, cfg.RemoveConcurrency),
+		kick:      make(chan struct{}, 1),
+	}
+	var d *disk
+	if cfg.DataDir != "" {
+		d = &disk{dir: cfg.DataDir}
+	}
+	s.spool = newSpool(cfg.Logger, d, cfg.SpoolEntries, cfg.SpoolMemoryBytes, cfg.SpoolDiskBytes)
+	if d != nil {
+		recs, bad, err := d.load()
+		if err != nil {
+			return nil, fmt.Errorf("results: load spool %s: %w", cfg.DataDir, err)
+		}
+		for _, err := range bad {
+			s.log.Error("result spool file unreadable; renamed *.bad", "err", err)
+		}
+		s.spool.restore(recs)
+		if st := s.spool.stats(); st.pending+st.held > 0 {
+			s.log.Info("result spool loaded", "dir", cfg.DataDir, "pending", st.pending, "held", st.held)
+		}
+	}
+	return s, nil
+}
+
+// Put stores e and returns nil once the record is in the broker or in the
+// spool, so the caller may then ack the task's message. It never returns a
+// broker error: a write that fails after Config.Retries retries (1 s apart
+// by default), or whose ctx ends first, is spooled and replayed by Run; a
+// write the broker refuses for good is kept for lookups and logged. A record
+// of a task that still has spooled records is spooled behind them, so a
+// task's records reach the broker in order.
+//
+// The compat channel takes terminal records only: a non-terminal record
+// without ReplyTo is kept for Get and not sent.
+//
+// Put errors are ErrInvalidEntry and ErrClosed. It is safe for concurrent
+// use; calls for different tasks never wait on each other, calls for one
+// task are serialised.
+func (s *Store) Put(ctx context.Context, e Entry) error {
+	if err := e.validate(s.cfg.MaxResultBytes); err != nil {
+		return err
+	}
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		return ErrClosed
+	}
+	s.inflight.Add(1)
+	s.mu.RUnlock()
+	defer s.inflight.Done()
+
+	if e.ReplyTo == "" && !e.Terminal {
+		s.cache.put(e.TaskID, e.Body, false)
+		return nil
+	}
+	unlock, err := s.locks.lock(ctx, e.TaskID)
+	if err != nil {
+		s.toSpool(e, false, fmt.Errorf("wait for the task's earlier write: %w", err))
+		return nil
+	}
+	defer unlock()
+	if s.spool.hasPending(e.TaskID) {
+		s.toSpool(e, false, errors.New("the task has records waiting for replay"))
+		return nil
+	}
+	removed := false
+	err = s.writeRetry(ctx, e, &removed)
+	switch {
+	case err == nil:
+		s.stored(e)
+	case permanent(err):
+		s.spool.add(e, stateHeld, removed)
+		s.parked.Add(1)
+		s.log.Error("result refused by the broker for good; kept for lookups only", "entry", e, "err", err)
+	default:
+		s.toSpool(e, removed, err)
+	}
+	return nil
+}
+
+// writeRetry is one broker write with the configured retries.
+func (s *Store) writeRetry(ctx context.Context, e Entry, removed *bool) error {
+	for attempt := 1; ; attempt++ {
+		err := s.writeOnce(ctx, e, removed)
+		if err == nil || permanent(err) || attempt > s.cfg.Retries || ctx.Err() != nil {
+			return err
+		}
+		s.log.Warn("result write failed; retrying", "entry", e, "attempt", attempt, "err", err)
+		if sleep(ctx, s.cfg.RetryBackoff) != nil {
+			return err
+		}
+		s.retries.Add(1)
+	}
+}
+
+// stored notes a record the broker now holds: an oversize one stays whole
+// in the spool for lookups, others go to the recent cache.
+func (s *Store) stored(e Entry) {
+	if e.oversize(s.cfg.MaxResultBytes) {
+		s.spool.add(e, stateHeld, true)
+		return
+	}
+	s.cache.put(e.TaskID, e.Body, e.Terminal)
+}
+
+func (s *Store) toSpool(e Entry, removed bool, why error) {
+	s.spool.add(e, statePending, removed)
+	s.spooled.Add(1)
+	s.log.Warn("result spooled for replay", "entry", e, "err", why)
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Get returns the task's stored record, whole, from the spool or from the
+// cache of recently stored records: a terminal record before a non-terminal
+// one. ok is false when neither holds it (it may still be in the broker).
+// Safe for concurrent use; it may read one file of the disk spool.
+func (s *Store) Get(taskID string) (body []byte, ok bool) {
+	sb, st, sok := s.spool.lookup(taskID)
+	cb, ct, cok := s.cache.get(taskID)
+	if sok && (st || !ct) {
+		return sb, true
+	}
+	if cok {
+		return cb, true
+	}
+	return nil, false
+}
+
+// Stats is a snapshot of a Store's counters.
+type Stats struct {
+	// Retries counts broker write retries by Put
+	// (inferq_result_store_retries_total).
+	Retries uint64
+	// Pending is the number of records waiting for replay
+	// (inferq_result_spool_entries).
+	Pending int
+	// Held is the number of whole records kept for lookups only: oversize
+	// records whose substitute the broker holds, and refused ones.
+	Held int
+	// Spooled counts records Put sent to the spool for replay.
+	Spooled uint64
+	// Replayed counts spooled records Run wrote to the broker.
+	Replayed uint64
+	// Parked counts records the broker refused for good.
+	Parked uint64
+	// Dropped counts records lost to spool overflow (memory full and no disk
+	// copy); each is logged at error level.
+	Dropped uint64
+	// DiskErrors counts failed disk spool writes.
+	DiskErrors uint64
+}
+
+// Stats returns the counters. Safe for concurrent use; cheap enough for a
+// Prometheus CounterFunc or GaugeFunc.
+func (s *Store) Stats() Stats {
+	sp := s.spool.stats()
+	return Stats{
+		Retries: s.retries.Load(), Pending: sp.pending, Held: sp.held,
+		Spooled: s.spooled.Load(), Replayed: s.replayed.Load(), Parked: s.parked.Load(),
+		Dropped: sp.dropped, DiskErrors: sp.diskErrs,
+	}
+}
+
+// Close refuses new Puts, waits for those in flight (they end when their
+// ctx does, spooling what they hold), then writes spooled records held only
+// in memory to the data dir. It returns ErrNotFlushed when records waiting
+// for replay would be lost at exit. Call it after Run returned; calling it
+// again only flushes again.
+func (s *Store) Close(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.inflight.Wait(); close(done) }()
+	var waitErr error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		waitErr = fmt.Errorf("results: close: puts still in flight: %w", ctx.Err())
+	}
+	_, failed := s.spool.flush()
+	if s.cfg.DataDir == "" {
+		if n := s.spool.stats().pending; n > 0 {
+			return errors.Join(waitErr, fmt.Errorf("%w: %d records waiting for replay and no data dir", ErrNotFlushed, n))
+		}
+	} else if failed > 0 {
+		return errors.Join(waitErr, fmt.Errorf("%w: %d records could not be written to %s", ErrNotFlushed, failed, s.cfg.DataDir))
+	}
+	return waitErr
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,259 @@
+package results
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestPutReplyTo(t *testing.T) {
+	fb := newFakeBroker()
+	s := newStore(t, testConfig(fb))
+	body := rec("t1", "SUCCESS")
+	if err := s.Put(context.Background(), Entry{TaskID: "t1", Status: "SUCCESS", Terminal: true, Body: body, ReplyTo: "replies.p1"}); err != nil {
+		t.Fatal(err)
+	}
+	fb.get(func(f *fakeBroker) {
+		evs := f.events["replies.p1"]
+		if len(evs) != 1 || string(evs[0].body) != string(body) {
+			t.Fatalf("events = %v, want one with the record", evs)
+		}
+		if evs[0].tags["task_id"] != "t1" || evs[0].tags["status"] != "SUCCESS" {
+			t.Errorf("tags = %v", evs[0].tags)
+		}
+		if len(f.queues) != 0 {
+			t.Errorf("queue writes on the reply path: %v", f.queues)
+		}
+	})
+	if got, ok := s.Get("t1"); !ok || string(got) != string(body) {
+		t.Errorf("Get = %q, %v", got, ok)
+	}
+}
+
+func TestPutCompat(t *testing.T) {
+	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
+	const ch = "rayserve-result-t1"
+	tests := []struct {
+		name        string
+		pending     bool          // the producer wrote a PENDING
+		createdAgo  time.Duration // task created_at before now; 0 = unknown
+		wantReceive bool
+		stillLive   bool // the PENDING stays ahead of the record until it expires
+	}{
+		{name: "pending present", pending: true, createdAgo: time.Minute, wantReceive: true},
+		{name: "no old record", pending: false, createdAgo: time.Minute, wantReceive: true},
+		{name: "created_at unknown", pending: true, wantReceive: true},
+		{name: "pending expired", pending: true, createdAgo: 2 * time.Hour, wantReceive: false},
+		{name: "pending expires within the margin", pending: true, createdAgo: time.Hour - 30*time.Second, wantReceive: false, stillLive: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fb := newFakeBroker()
+			fb.now = func() time.Time { return now }
+			created := time.Time{}
+			if tt.createdAgo > 0 {
+				created = now.Add(-tt.createdAgo)
+			}
+			if tt.pending {
+				at := now.Add(-tt.createdAgo)
+				fb.put(ch, "PENDING", at.Add(time.Hour))
+			}
+			cfg := testConfig(fb)
+			cfg.Now = fb.now
+			s := newStore(t, cfg)
+			body := rec("t1", "SUCCESS")
+			err := s.Put(context.Background(), Entry{TaskID: "t1", Status: "SUCCESS", Terminal: true, Body: body, CreatedAt: created})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := []string{string(body)}
+			if tt.stillLive {
+				want = append([]string{"PENDING"}, want...)
+			}
+			if got := fb.queue(ch); !slices.Equal(got, want) {
+				t.Errorf("channel = %q, want %q", got, want)
+			}
+			if tt.stillLive {
+				now = now.Add(31 * time.Second)
+				if got := fb.queue(ch); !slices.Equal(got, []string{string(body)}) {
+					t.Errorf("after the PENDING expired channel = %q, want only the new record", got)
+				}
+			}
+			if got := len(fb.opsOf("receive ")) > 0; got != tt.wantReceive {
+				t.Errorf("removal receive issued = %v, want %v", got, tt.wantReceive)
+			}
+			fb.get(func(f *fakeBroker) {
+				if f.swallowed != 0 {
+					t.Errorf("%d records swallowed (trap 8)", f.swallowed)
+				}
+				if ops := f.ops; ops[len(ops)-1] != "send "+ch {
+					t.Errorf("last op %q, want the send after the removal", ops[len(ops)-1])
+				}
+			})
+		})
+	}
+}
+
+// TestFakeModelsTrap8 checks the fake the compat tests rely on: a removal
+// receive that meets only an expired record loses the next record.
+func TestFakeModelsTrap8(t *testing.T) {
+	fb := newFakeBroker()
+	fb.put("c", "PENDING", time.Now().Add(-time.Second))
+	if found, _ := fb.ReceiveOne(context.Background(), "c", time.Second); found {
+		t.Fatal("found an expired record")
+	}
+	_ = fb.SendQueue(context.Background(), "c", []byte("SUCCESS"), time.Hour)
+	if got := fb.queue("c"); len(got) != 0 {
+		t.Fatalf("channel = %q, want the record swallowed", got)
+	}
+}
+
+func TestPutCompatNonTerminal(t *testing.T) {
+	fb := newFakeBroker()
+	s := newStore(t, testConfig(fb))
+	ctx := context.Background()
+	put := func(status string, terminal bool) {
+		t.Helper()
+		if err := s.Put(ctx, Entry{TaskID: "t1", Status: status, Terminal: terminal, Body: rec("t1", status)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("STARTED", false)
+	if ops := fb.opsOf(""); len(ops) != 0 {
+		t.Fatalf("non-terminal record reached the broker: %v", ops)
+	}
+	if got, _ := s.Get("t1"); !strings.Contains(string(got), "STARTED") {
+		t.Errorf("Get = %s, want STARTED", got)
+	}
+	put("SUCCESS", true)
+	put("STARTED", false) // late: must not hide the terminal record
+	if got, _ := s.Get("t1"); !strings.Contains(string(got), "SUCCESS") {
+		t.Errorf("Get = %s, want SUCCESS", got)
+	}
+}
+
+func TestPutRetries(t *testing.T) {
+	tests := []struct {
+		name        string
+		failNext    int
+		down        bool
+		replyTo     string
+		wantRetries uint64
+		wantPending int
+	}{
+		{name: "reply, two failures", failNext: 2, replyTo: "r", wantRetries: 2},
+		{name: "compat, removal then send fail", failNext: 2, wantRetries: 2},
+		{name: "reply, broker down", down: true, replyTo: "r", wantRetries: 3, wantPending: 1},
+		{name: "compat, broker down", down: true, wantRetries: 3, wantPending: 1},
+		{name: "three failures then success", failNext: 3, replyTo: "r", wantRetries: 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fb := newFakeBroker()
+			fb.failNext, fb.down = tt.failNext, tt.down
+			s := newStore(t, testConfig(fb))
+			body := rec("t1", "SUCCESS")
+			if err := s.Put(context.Background(), Entry{TaskID: "t1", Status: "SUCCESS", Terminal: true, Body: body, ReplyTo: tt.replyTo}); err != nil {
+				t.Fatal(err)
+			}
+			st := s.Stats()
+			if st.Retries != tt.wantRetries || st.Pending != tt.wantPending {
+				t.Errorf("retries %d pending %d, want %d %d", st.Retries, st.Pending, tt.wantRetries, tt.wantPending)
+			}
+			if got, ok := s.Get("t1"); !ok || string(got) != string(body) {
+				t.Errorf("Get = %q %v", got, ok)
+			}
+		})
+	}
+}
+
+func TestPermanentErrorIsNotRetried(t *testing.T) {
+	fb := newFakeBroker()
+	fb.failWith = errTooLarge
+	s := newStore(t, testConfig(fb))
+	runStore(t, s)
+	body := rec("t1", "SUCCESS")
+	if err := s.Put(context.Background(), Entry{TaskID: "t1", Status: "SUCCESS", Terminal: true, Body: body, ReplyTo: "r"}); err != nil {
+		t.Fatal(err)
+	}
+	st := s.Stats()
+	if st.Retries != 0 || st.Parked != 1 || st.Held != 1 || st.Pending != 0 {
+		t.Errorf("stats %+v, want no retries, one parked", st)
+	}
+	if got, ok := s.Get("t1"); !ok || string(got) != string(body) {
+		t.Errorf("Get = %q %v", got, ok)
+	}
+	if n := len(fb.opsOf("event ")); n != 1 {
+		t.Errorf("%d sends, want 1", n)
+	}
+}
+
+func TestCancelMidRetrySpools(t *testing.T) {
+	fb := newFakeBroker()
+	fb.down = true
+	ctx, cancel := context.WithCancel(context.Background())
+	fb.onCall = cancel // shutdown arrives during the first attempt
+	cfg := testConfig(fb)
+	cfg.RetryBackoff = time.Hour
+	dir := t.TempDir()
+	cfg.DataDir = dir
+	s := newStore(t, cfg)
+	body := rec("t1", "SUCCESS")
+	if err := s.Put(ctx, Entry{TaskID: "t1", Status: "SUCCESS", Terminal: true, Body: body}); err != nil {
+		t.Fatalf("Put after cancel = %v, want nil (spooled)", err)
+	}
+	if st := s.Stats(); st.Pending != 1 {
+		t.Fatalf("pending = %d, want 1", st.Pending)
+	}
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := s.Put(context.Background(), Entry{TaskID: "t2", Terminal: true, Body: body}); !errors.Is(err, ErrClosed) {
+		t.Errorf("Put after Close = %v, want ErrClosed", err)
+	}
+	fb2 := newFakeBroker()
+	cfg2 := testConfig(fb2)
+	cfg2.DataDir = dir
+	s2 := newStore(t, cfg2)
+	if got, ok := s2.Get("t1"); !ok || string(got) != string(body) {
+		t.Errorf("after restart Get = %q %v", got, ok)
+	}
+}
+
+func TestCloseWithoutDataDirReportsLoss(t *testing.T) {
+	fb := newFakeBroker()
+	fb.down = true
+	s := newStore(t, testConfig(fb))
+	_ = s.Put(context.Background(), Entry{TaskID: "t1", Terminal: true, Body: rec("t1", "SUCCESS")})
+	if err := s.Close(context.Background()); !errors.Is(err, ErrNotFlushed) {
+		t.Errorf("Close = %v, want ErrNotFlushed", err)
+	}
+}
+
+func TestInvalid(t *testing.T) {
+	s := newStore(t, Config{Broker: newFakeBroker(), MaxResultBytes: 8})
+	for _, e := range []Entry{
+		{Body: []byte("x")},
+		{TaskID: "t"},
+		{TaskID: "t", Body: []byte("0123456789")},
+		{TaskID: "t", Body: []byte("0123456789"), Substitute: []byte("0123456789")},
+	} {
+		if err := s.Put(context.Background(), e); !errors.Is(err, ErrInvalidEntry) {
+			t.Errorf("Put(%v) = %v, want ErrInvalidEntry", e, err)
+		}
+	}
+	for _, c := range []Config{
+		{},
+		{Broker: newFakeBroker(), Expiry: time.Millisecond},
+		{Broker: newFakeBroker(), ExpiryMargin: 2 * time.Hour},
+		{Broker: newFakeBroker(), ReplayBackoff: time.Minute, ReplayBackoffMax: time.Second},
+		{Broker: newFakeBroker(), RemoveConcurrency: -1},
+	} {
+		if _, err := New(c); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("New(%+v) = %v, want ErrInvalidConfig", c, err)
+		}
+	}
+}
