@@ -1,0 +1,98 @@
+package task
+
+import (
+	"fmt"
+	"mime"
+	"strconv"
+	"strings"
+
+	"github.com/inferq/inferq/runtime"
+)
+
+// The binary form (Triton's binary tensor extension, carried over).
+//
+// Task and query request: tags content-type: application/vnd.inferq.binary
+// and inference-header-content-length: n. The body's first n bytes are the
+// task JSON; each tensor in kwargs.inputs with "parameters":
+// {"binary_data_size": s} and no "data" takes the next s bytes after the
+// header, in list order, as its raw little-endian row-major data (BYTES:
+// per element a 4-byte little-endian length and the bytes). The sizes must
+// add up to the bytes after the header exactly; fixed-size datatypes must
+// match shape x element size exactly. Tensors with "data" may sit in the
+// same list. FP16 travels only this way.
+//
+// Result record and query response: when any output is binary (the task
+// asked with "parameters": {"binary_data_output": true} on an output in
+// kwargs.outputs, or on kwargs.parameters for all), the body is the JSON
+// record followed at once by the raw bytes of the binary outputs, in the
+// order of result.outputs; each binary output carries "parameters":
+// {"binary_data_size": s} and no "data". A reader finds the end of the JSON
+// by parsing it, so the body stands alone (in a spool file, over HTTP); the
+// writer also sets the content-type and inference-header-content-length
+// tags for transports that keep tags. A Python client that never asks for
+// binary outputs never sees this form.
+
+// split returns the JSON part of the body, setting t.bin for the binary
+// form.
+func (t *Task) split(body []byte, tags map[string]string) ([]byte, error) {
+	ct := strings.TrimSpace(t.ContentType)
+	if ct == "" {
+		return body, nil
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return nil, fmt.Errorf("%w: content-type %q: %v", ErrUndecodable, ct, err)
+	}
+	switch mt {
+	case ContentTypeJSON, "text/json", "text/plain":
+		return body, nil
+	case ContentTypeBinary:
+		hl := tags[TagHeaderLength]
+		n, err := strconv.ParseInt(strings.TrimSpace(hl), 10, 64)
+		if err != nil || n < 0 || n > int64(len(body)) {
+			return nil, fmt.Errorf("%w: binary form: %s %q does not fit a body of %d bytes", ErrUndecodable, TagHeaderLength, hl, len(body))
+		}
+		t.Binary = true
+		t.bin = body[n:]
+		return body[:n], nil
+	}
+	return nil, fmt.Errorf("%w: content-type %q (want %s or %s)", ErrUndecodable, ct, ContentTypeJSON, ContentTypeBinary)
+}
+
+func (r *inputReader) binaryTensor(w wireTensor, info runtime.TensorInfo, binary bool, bin []byte) (runtime.Tensor, error) {
+	switch {
+	case !binary:
+		return runtime.Tensor{}, badInput(w.name, "binary_data_size needs the binary form (content-type %s)", ContentTypeBinary)
+	case w.data != nil:
+		return runtime.Tensor{}, badInput(w.name, "both data and binary_data_size")
+	case !w.hasShape:
+		return runtime.Tensor{}, badInput(w.name, "binary data needs a shape")
+	}
+	shape, ok := fitShape(info, w.shape)
+	if !ok {
+		return runtime.Tensor{}, mismatch(info, info.DType, shape)
+	}
+	n := runtime.NumElements(shape)
+	if n < 0 {
+		return runtime.Tensor{}, badInput(w.name, "shape %s overflows", runtime.FormatShape(w.shape))
+	}
+	if err := r.take(w.name, n); err != nil {
+		return runtime.Tensor{}, err
+	}
+	if left := int64(len(bin) - r.off); w.binSize > left {
+		return runtime.Tensor{}, badInput(w.name, "binary_data_size %d overruns the binary data (%d bytes left of %d)", w.binSize, left, len(bin))
+	}
+	end := r.off + int(w.binSize)
+	tn := runtime.Tensor{Name: w.name, DType: info.DType, Shape: shape, Data: bin[r.off:end:end]}
+	r.off = end
+	if info.DType != runtime.BYTES {
+		if want := n * int64(info.DType.Size()); w.binSize != want {
+			return runtime.Tensor{}, badInput(w.name, "binary_data_size is %d bytes, %s %s needs %d", w.binSize, info.DType, runtime.FormatShape(shape), want)
+		}
+		return tn, nil
+	}
+	if err := tn.Validate(); err != nil {
+		return runtime.Tensor{}, badInput(w.name, "%w", err)
+	}
+	return tn, nil
+}

@@ -1,0 +1,445 @@
+package task
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/inferq/inferq/runtime"
+)
+
+// wireTensor is one Open Inference Protocol tensor object as read from
+// kwargs.inputs or a response's outputs; data is decoded later, once the
+// datatype and the model are known.
+type wireTensor struct {
+	name     string
+	dtName   string
+	shape    []int64
+	hasShape bool
+	data     []byte // raw JSON of "data"; nil when absent or null
+	binSize  int64  // parameters.binary_data_size; -1 when absent
+	binOut   bool   // parameters.binary_data_output
+	problem  string // the first malformed field, reported with the name
+
+	// When "datatype" comes before "data" (as NewTask writes it), the data
+	// is decoded during the one walk over the body: decoded holds the
+	// bytes and got the nesting's shape, or decodeErr why it did not fit
+	// the datatype.
+	dec       bool
+	decoded   []byte
+	got       []int64
+	decodeErr error
+}
+
+func (w *wireTensor) fail(format string, args ...any) {
+	if w.problem == "" {
+		w.problem = fmt.Sprintf(format, args...)
+	}
+}
+
+// readTensorList reads a JSON array of tensor objects at b[v], decoding
+// data of at most max elements each as it goes. Only syntax errors fail
+// it; malformed fields are kept in each tensor's problem.
+func readTensorList(b []byte, v int, max int64) ([]wireTensor, int, error) {
+	var list []wireTensor
+	end, err := eachElem(b, v, func(v int) (int, error) {
+		w, end, err := readTensor(b, v, max)
+		list = append(list, w)
+		return end, err
+	})
+	return list, end, err
+}
+
+func readTensor(b []byte, v int, max int64) (wireTensor, int, error) {
+	w := wireTensor{binSize: -1}
+	if b[v] != '{' {
+		w.fail("want a tensor object {\"name\",\"shape\",\"datatype\",\"data\"}")
+		end, err := skipValue(b, v, 3)
+		return w, end, err
+	}
+	end, err := eachMember(b, v, func(key []byte, v int) (int, error) {
+		switch string(key) {
+		case "name":
+			if b[v] == '"' {
+				s, end, err := parseString(b, v)
+				w.name = s
+				return end, err
+			}
+			w.fail("name: want a string")
+		case "datatype":
+			if b[v] == '"' {
+				s, end, err := parseString(b, v)
+				w.dtName = s
+				return end, err
+			}
+			w.fail("datatype: want a string")
+		case "shape":
+			if b[v] != '[' {
+				w.fail("shape: want an array of dims")
+				break
+			}
+			w.hasShape, w.shape = true, w.shape[:0]
+			return eachElem(b, v, func(v int) (int, error) {
+				n, end, err := scanNumber(b, v)
+				if err != nil {
+					w.fail("shape: want an array of dims")
+					return skipValue(b, v, 4)
+				}
+				d, ierr := n.toInt64()
+				switch {
+				case ierr != nil || d < 0:
+					w.fail("shape: dim %s is not a non-negative integer", clip(b[v:end]))
+				case len(w.shape) == maxRank:
+					w.fail("shape: more than %d dims", maxRank)
+				default:
+					w.shape = append(w.shape, d)
+				}
+				return end, nil
+			})
+		case "data":
+			if end, ok := w.decodeNow(b, v, max); ok {
+				return end, nil
+			}
+			end, err := skipValue(b, v, 3)
+			if b[v] != 'n' {
+				w.data = b[v:end]
+			}
+			return end, err
+		case "parameters":
+			if b[v] != '{' {
+				break
+			}
+			return eachMember(b, v, func(key []byte, v int) (int, error) {
+				switch string(key) {
+				case "binary_data_size":
+					n, end, err := scanNumber(b, v)
+					if err != nil {
+						w.fail("parameters.binary_data_size: want a byte count")
+						return skipValue(b, v, 4)
+					}
+					if s, ierr := n.toInt64(); ierr == nil && s >= 0 {
+						w.binSize = s
+					} else {
+						w.fail("parameters.binary_data_size: %s is not a byte count", clip(b[v:end]))
+					}
+					return end, nil
+				case "binary_data_output":
+					if bo, end, err := parseBool(b, v); err == nil {
+						w.binOut = bo
+						return end, nil
+					}
+				}
+				return skipValue(b, v, 4)
+			})
+		}
+		return skipValue(b, v, 3)
+	})
+	return w, end, err
+}
+
+// decodeNow decodes the data at b[v] when the datatype is already known
+// and JSON can carry it. ok is false when the caller must skip the value
+// instead: not decoded, or not a tensor of that datatype, in which case
+// the skip tells a syntax error from an input error.
+func (w *wireTensor) decodeNow(b []byte, v int, max int64) (int, bool) {
+	dt, err := runtime.ParseDType(w.dtName)
+	if err != nil || dt == runtime.FP16 || b[v] != '[' {
+		return v, false
+	}
+	most := int64(len(b)-v)/2 + 1
+	hint := capHint(b[v:], dt, max)
+	if n := runtime.NumElements(w.shape); w.hasShape && n >= 0 && n <= min(most, max) {
+		hint = int(n) * dt.Size()
+	}
+	data, got, end, err := decodeArray(b, v, dt, hint, min(most, max))
+	w.dec, w.decoded, w.got, w.decodeErr = true, data, got, err
+	if err != nil {
+		end, serr := skipValue(b, v, 3)
+		w.data = b[v:end]
+		return end, serr == nil
+	}
+	w.data = b[v:end]
+	return end, true
+}
+
+// Inputs reads the task's tensors for model, in the model's input order,
+// from the first form that applies:
+//
+//  1. kwargs.inputs, Open Inference Protocol tensors with flat or nested
+//     data (or binary data in the binary form);
+//  2. kwargs {"<input name>": nested array}, every member that is not a
+//     control field (inputs, outputs, parameters, priority, timeout_ms,
+//     reply_to) naming an input;
+//  3. args[0], the nested array of a single-input model.
+//
+// Dim 0 is the item's batch dim: data with one dim fewer than the model's
+// input is one row, and gets a leading dim of 1. Datatypes must equal the
+// model's; every fixed dim must match. Binary tensors alias the body;
+// JSON tensors are decoded into new memory. Errors wrap ErrBadInput and
+// name the input (those over lim.MaxTensorElements wrap ErrTooLarge too).
+func (t *Task) Inputs(model runtime.ModelInfo, lim Limits) ([]runtime.Tensor, error) {
+	lim = lim.withDefaults()
+	r := inputReader{model: model, budget: lim.MaxTensorElements, out: make([]runtime.Tensor, len(model.Inputs))}
+	for _, in := range model.Inputs {
+		if !in.DType.Valid() {
+			return nil, fmt.Errorf("%w: input %q: the model's type %s cannot be carried", ErrBadInput, in.Name, in.ONNXType)
+		}
+	}
+	var err error
+	switch {
+	case t.wire != nil:
+		err = r.oip(t.wire, t.Binary, t.bin)
+	case len(t.named) > 0:
+		err = r.named(t.named)
+	case len(t.Args) > 0:
+		err = r.args(t.Args)
+	default:
+		err = fmt.Errorf("%w: no inputs: want kwargs.inputs, kwargs {\"<input>\": array} or args[0]", ErrBadInput)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if t.Binary && r.off != len(t.bin) {
+		return nil, fmt.Errorf("%w: binary form: the header's binary_data_size values add up to %d bytes, the body carries %d after the header", ErrBadInput, r.off, len(t.bin))
+	}
+	for i, tn := range r.out {
+		if tn.Name == "" {
+			return nil, fmt.Errorf("%w: input %q: missing (model inputs: %s)", ErrBadInput, model.Inputs[i].Name, r.names())
+		}
+	}
+	return r.out, nil
+}
+
+// inputReader collects a task's tensors for one model.
+type inputReader struct {
+	model  runtime.ModelInfo
+	budget int64 // elements left under the limit
+	out    []runtime.Tensor
+	off    int // binary bytes consumed
+}
+
+func (r *inputReader) names() string {
+	var b strings.Builder
+	for i, in := range r.model.Inputs {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(in.String())
+	}
+	return b.String()
+}
+
+// slot returns the model input index for name, or an error for an unknown
+// or repeated input.
+func (r *inputReader) slot(name string) (int, error) {
+	for i, in := range r.model.Inputs {
+		if in.Name == name {
+			if r.out[i].Name != "" {
+				return 0, badInput(name, "given twice")
+			}
+			return i, nil
+		}
+	}
+	return 0, badInput(name, "not an input of the model (inputs: %s)", r.names())
+}
+
+func badInput(name, format string, args ...any) error {
+	return fmt.Errorf("%w: input %q: %w", ErrBadInput, name, fmt.Errorf(format, args...))
+}
+
+func mismatch(info runtime.TensorInfo, dt runtime.DType, shape []int64) error {
+	return fmt.Errorf("%w: input %q: expected %s %s, got %s %s", ErrBadInput, info.Name,
+		info.DType, runtime.FormatShape(info.Dims), dt, runtime.FormatShape(shape))
+}
+
+// fitShape adds the batch dim to one-row data and checks the shape against
+// the model's dims.
+func fitShape(info runtime.TensorInfo, shape []int64) ([]int64, bool) {
+	if len(info.Dims) > 0 && len(shape) == len(info.Dims)-1 {
+		shape = append([]int64{1}, shape...)
+	}
+	if len(shape) != len(info.Dims) {
+		return shape, false
+	}
+	for k, d := range info.Dims {
+		if d >= 0 && shape[k] != d {
+			return shape, false
+		}
+	}
+	return shape, true
+}
+
+// take charges n elements to the budget.
+func (r *inputReader) take(name string, n int64) error {
+	if n > r.budget {
+		return fmt.Errorf("%w: input %q: %w", ErrBadInput, name, errTooManyElements(r.budget))
+	}
+	r.budget -= n
+	return nil
+}
+
+// capHint guesses the output size of JSON data of unknown shape: about
+// eight bytes of text per element, within the budget.
+func capHint(raw []byte, dt runtime.DType, budget int64) int {
+	if dt == runtime.BYTES {
+		return len(raw)
+	}
+	return int(min(int64(len(raw)/8+1), budget)) * dt.Size()
+}
+
+// oip reads form 1.
+func (r *inputReader) oip(list []wireTensor, binary bool, bin []byte) error {
+	for k, w := range list {
+		name := w.name
+		if name == "" {
+			if w.problem == "" {
+				w.problem = "no name"
+			}
+			return fmt.Errorf("%w: kwargs.inputs[%d]: %s", ErrBadInput, k, w.problem)
+		}
+		if w.problem != "" {
+			return badInput(name, "%s", w.problem)
+		}
+		j, err := r.slot(name)
+		if err != nil {
+			return err
+		}
+		info := r.model.Inputs[j]
+		dt, err := runtime.ParseDType(w.dtName)
+		if err != nil {
+			return badInput(name, "datatype: %w", err)
+		}
+		if dt != info.DType {
+			return mismatch(info, dt, w.shape)
+		}
+		var tn runtime.Tensor
+		switch {
+		case w.binSize >= 0:
+			tn, err = r.binaryTensor(w, info, binary, bin)
+		case w.data != nil:
+			tn, err = r.jsonTensor(w, info)
+		default:
+			err = badInput(name, "no data (want \"data\", or parameters.binary_data_size in the binary form)")
+		}
+		if err != nil {
+			return err
+		}
+		tn.Name, tn.DType = info.Name, info.DType
+		r.out[j] = tn
+	}
+	return nil
+}
+
+func (r *inputReader) jsonTensor(w wireTensor, info runtime.TensorInfo) (runtime.Tensor, error) {
+	if !w.hasShape { // shape from the nesting
+		if !w.dec {
+			tn, _, err := r.nested(w.name, info, w.data, 0)
+			return tn, err
+		}
+		if w.decodeErr != nil {
+			return runtime.Tensor{}, badInput(w.name, "%w", w.decodeErr)
+		}
+		return r.fit(w.name, info, w.decoded, w.got)
+	}
+	shape, ok := fitShape(info, w.shape)
+	if !ok {
+		return runtime.Tensor{}, mismatch(info, info.DType, shape)
+	}
+	n := runtime.NumElements(shape)
+	if n < 0 {
+		return runtime.Tensor{}, badInput(w.name, "shape %s overflows", runtime.FormatShape(w.shape))
+	}
+	// Every JSON element takes two bytes of text or more ("0,"), so a
+	// shape the data cannot fill is refused before anything is allocated.
+	if most := int64(len(w.data)/2 + 1); n > most {
+		return runtime.Tensor{}, badInput(w.name, "shape %s has %d elements, data holds %d at most", runtime.FormatShape(w.shape), n, most)
+	}
+	if err := r.take(w.name, n); err != nil {
+		return runtime.Tensor{}, err
+	}
+	data, got, err := w.decoded, w.got, w.decodeErr
+	if !w.dec {
+		hint := int(n) * info.DType.Size()
+		if info.DType == runtime.BYTES {
+			hint = int(n)*4 + len(w.data)
+		}
+		data, got, _, err = decodeArray(w.data, 0, info.DType, hint, n)
+	} else if err == nil && runtime.NumElements(got) > n {
+		err = errTooManyElements(n)
+	}
+	if err != nil {
+		if errors.Is(err, ErrTooLarge) { // more elements than the shape says
+			return runtime.Tensor{}, badInput(w.name, "data holds more than the %d elements of shape %s", n, runtime.FormatShape(w.shape))
+		}
+		return runtime.Tensor{}, badInput(w.name, "%w", err)
+	}
+	flat := len(got) <= 1 && runtime.NumElements(got) == n
+	if !flat && !slices.Equal(got, w.shape) {
+		return runtime.Tensor{}, badInput(w.name, "data has shape %s, the tensor says %s", runtime.FormatShape(got), runtime.FormatShape(w.shape))
+	}
+	return runtime.Tensor{Shape: shape, Data: data}, nil
+}
+
+// nested decodes the nested array at b[i], whose shape comes from the
+// nesting, as the model's input info, and returns the offset past it.
+func (r *inputReader) nested(name string, info runtime.TensorInfo, b []byte, i int) (runtime.Tensor, int, error) {
+	data, got, end, err := decodeArray(b, i, info.DType, capHint(b[i:], info.DType, r.budget), r.budget)
+	if err != nil {
+		return runtime.Tensor{}, end, badInput(name, "%w", err)
+	}
+	tn, err := r.fit(name, info, data, got)
+	return tn, end, err
+}
+
+// fit checks decoded data of shape got against the model's input and
+// charges it to the budget.
+func (r *inputReader) fit(name string, info runtime.TensorInfo, data []byte, got []int64) (runtime.Tensor, error) {
+	shape, ok := fitShape(info, got)
+	if !ok {
+		return runtime.Tensor{}, mismatch(info, info.DType, shape)
+	}
+	if err := r.take(name, runtime.NumElements(shape)); err != nil {
+		return runtime.Tensor{}, err
+	}
+	return runtime.Tensor{Name: info.Name, DType: info.DType, Shape: shape, Data: data}, nil
+}
+
+// named reads form 2.
+func (r *inputReader) named(kw []kwarg) error {
+	for _, a := range kw {
+		j, err := r.slot(a.name)
+		if err != nil {
+			return err
+		}
+		tn, _, err := r.nested(a.name, r.model.Inputs[j], a.raw, 0)
+		if err != nil {
+			return err
+		}
+		r.out[j] = tn
+	}
+	return nil
+}
+
+// args reads form 3: args holds exactly one element, the input's data,
+// decoded in place (Parse validated the array).
+func (r *inputReader) args(args []byte) error {
+	i := skipWS(args, skipWS(args, 0)+1)
+	switch {
+	case i >= len(args) || args[i] == ']':
+		return fmt.Errorf("%w: no inputs: want kwargs.inputs, kwargs {\"<input>\": array} or args[0]", ErrBadInput)
+	case len(r.model.Inputs) != 1:
+		return fmt.Errorf("%w: args: the model has %d inputs (%s); pass them by name in kwargs", ErrBadInput, len(r.model.Inputs), r.names())
+	}
+	tn, end, err := r.nested(r.model.Inputs[0].Name, r.model.Inputs[0], args, i)
+	if err != nil {
+		return err
+	}
+	if j := skipWS(args, end); j < len(args) && args[j] == ',' {
+		n := 0
+		eachElem(args, 0, func(v int) (int, error) { n++; return skipValue(args, v, 2) })
+		return fmt.Errorf("%w: args: want one argument, the input's data, got %d", ErrBadInput, n)
+	}
+	r.out[0] = tn
+	return nil
+}

@@ -1,0 +1,242 @@
+package task
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/inferq/inferq/runtime"
+)
+
+// JSON writing without reflection: tensor data is appended element by
+// element straight from the raw bytes.
+
+// appendString appends s as a JSON string. Invalid UTF-8 becomes U+FFFD (as
+// in encoding/json); U+2028 and U+2029 are escaped for JavaScript readers.
+func appendString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 || r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			switch r {
+			case utf8.RuneError:
+				b = append(b, `\ufffd`...)
+			default:
+				b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xf])
+			}
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
+
+// appendFloat appends f in the shortest form that reads back to the same
+// value at bitSize; NaN and infinities as Python's json writes them.
+func appendFloat(b []byte, f float64, bitSize int) []byte {
+	switch {
+	case f != f:
+		return append(b, "NaN"...)
+	case math.IsInf(f, 1):
+		return append(b, "Infinity"...)
+	case math.IsInf(f, -1):
+		return append(b, "-Infinity"...)
+	}
+	return strconv.AppendFloat(b, f, 'g', -1, bitSize)
+}
+
+func appendShape(b []byte, shape []int64) []byte {
+	b = append(b, '[')
+	for i, d := range shape {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, d, 10)
+	}
+	return append(b, ']')
+}
+
+// appendData appends the tensor's elements as a flat JSON array. The
+// tensor must be valid (see runtime.Tensor.Validate).
+func appendData(b []byte, t runtime.Tensor) []byte {
+	d := t.Data
+	le := binary.LittleEndian
+	b = append(b, '[')
+	sz := t.DType.Size()
+	for i := 0; i < len(d); {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		switch t.DType {
+		case runtime.FP32:
+			b = appendFloat(b, float64(math.Float32frombits(le.Uint32(d[i:]))), 32)
+		case runtime.FP64:
+			b = appendFloat(b, math.Float64frombits(le.Uint64(d[i:])), 64)
+		case runtime.FP16:
+			b = appendFloat(b, float64(halfToFloat32(le.Uint16(d[i:]))), 32)
+		case runtime.BOOL:
+			if d[i] != 0 {
+				b = append(b, "true"...)
+			} else {
+				b = append(b, "false"...)
+			}
+		case runtime.UINT8:
+			b = strconv.AppendUint(b, uint64(d[i]), 10)
+		case runtime.UINT16:
+			b = strconv.AppendUint(b, uint64(le.Uint16(d[i:])), 10)
+		case runtime.UINT32:
+			b = strconv.AppendUint(b, uint64(le.Uint32(d[i:])), 10)
+		case runtime.UINT64:
+			b = strconv.AppendUint(b, le.Uint64(d[i:]), 10)
+		case runtime.INT8:
+			b = strconv.AppendInt(b, int64(int8(d[i])), 10)
+		case runtime.INT16:
+			b = strconv.AppendInt(b, int64(int16(le.Uint16(d[i:]))), 10)
+		case runtime.INT32:
+			b = strconv.AppendInt(b, int64(int32(le.Uint32(d[i:]))), 10)
+		case runtime.INT64:
+			b = strconv.AppendInt(b, int64(le.Uint64(d[i:])), 10)
+		case runtime.BYTES:
+			n := int(le.Uint32(d[i:]))
+			b = appendString(b, bytesString(d[i+4:i+4+n]))
+			i += 4 + n
+			continue
+		}
+		i += sz
+	}
+	return append(b, ']')
+}
+
+// appendTensor appends one Open Inference Protocol tensor object, with
+// "data" or, when bin, "parameters": {"binary_data_size": n} and the raw
+// bytes appended to *trailer.
+func appendTensor(b []byte, t runtime.Tensor, bin bool, trailer *[]byte) ([]byte, error) {
+	if err := t.Validate(); err != nil {
+		return b, err
+	}
+	b = append(b, `{"name":`...)
+	b = appendString(b, t.Name)
+	b = append(b, `,"shape":`...)
+	b = appendShape(b, t.Shape)
+	b = append(b, `,"datatype":"`...)
+	b = append(b, t.DType.String()...)
+	if bin {
+		b = append(b, `","parameters":{"binary_data_size":`...)
+		b = strconv.AppendInt(b, int64(len(t.Data)), 10)
+		*trailer = append(*trailer, t.Data...)
+		return append(b, "}}"...), nil
+	}
+	b = append(b, `","data":`...)
+	b = appendData(b, t)
+	return append(b, '}'), nil
+}
+
+// appendInt appends `,"key":v`.
+func appendIntField(b []byte, key string, v int64) []byte {
+	b = append(b, ',', '"')
+	b = append(b, key...)
+	b = append(b, '"', ':')
+	return strconv.AppendInt(b, v, 10)
+}
+
+// appendStringField appends `,"key":"s"`.
+func appendStringField(b []byte, key, s string) []byte {
+	b = append(b, ',', '"')
+	b = append(b, key...)
+	b = append(b, '"', ':')
+	return appendString(b, s)
+}
+
+// halfToFloat32 widens an IEEE 754 half (exactly).
+func halfToFloat32(h uint16) float32 {
+	sign := uint32(h>>15) << 31
+	exp := uint32(h>>10) & 0x1f
+	mant := uint32(h & 0x3ff)
+	switch exp {
+	case 0x1f: // infinities, NaN
+		return math.Float32frombits(sign | 0x7f800000 | mant<<13)
+	case 0: // zero, subnormal: mant * 2^-24
+		f := float32(mant) / (1 << 24)
+		if sign != 0 {
+			f = -f
+		}
+		return f
+	}
+	return math.Float32frombits(sign | (exp+112)<<23 | mant<<13)
+}
+
+// float32ToHalf narrows f to an IEEE 754 half, rounding to nearest even.
+func float32ToHalf(f float32) uint16 {
+	b := math.Float32bits(f)
+	sign := uint16(b>>16) & 0x8000
+	exp := int(b>>23) & 0xff
+	mant := b & 0x7fffff
+	if exp == 0xff {
+		if mant != 0 {
+			return sign | 0x7e00
+		}
+		return sign | 0x7c00
+	}
+	e := exp - 127 + 15
+	switch {
+	case e >= 0x1f:
+		return sign | 0x7c00
+	case e <= 0: // subnormal half, or zero
+		if e < -10 {
+			return sign
+		}
+		mant |= 0x800000
+		shift := uint(14 - e)
+		h := mant >> shift
+		rem, mid := mant&(1<<shift-1), uint32(1)<<(shift-1)
+		if rem > mid || rem == mid && h&1 == 1 {
+			h++
+		}
+		return sign | uint16(h)
+	}
+	h := uint32(e)<<10 | mant>>13
+	if rem := mant & 0x1fff; rem > 0x1000 || rem == 0x1000 && h&1 == 1 {
+		h++ // a carry into the exponent is right, up to infinity
+	}
+	return sign | uint16(h)
+}
+
+// errTensor names the tensor in an encoding error.
+func errTensor(kind string, t runtime.Tensor, err error) error {
+	return fmt.Errorf("%s %q: %w", kind, t.Name, err)
+}
+
+func float32frombytes(b []byte) float32 {
+	return math.Float32frombits(binary.LittleEndian.Uint32(b))
+}

@@ -1,0 +1,198 @@
+package task
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/inferq/inferq/runtime"
+)
+
+// randomDecimal returns a JSON number text with varied digit counts and
+// exponents, biased towards the hard cases (many digits, float32
+// midpoints, extremes).
+func randomDecimal(r *rand.Rand) string {
+	switch r.IntN(6) {
+	case 0: // float32 values in shortest form: the common case
+		f := math.Float32frombits(r.Uint32())
+		if f != f || math.IsInf(float64(f), 0) {
+			f = 1.5
+		}
+		return strconv.FormatFloat(float64(f), 'g', -1, 32)
+	case 1: // float64 shortest
+		f := math.Float64frombits(r.Uint64())
+		if f != f || math.IsInf(f, 0) {
+			f = -2.5
+		}
+		return strconv.FormatFloat(f, 'g', -1, 64)
+	case 2: // float32 midpoints written exactly-ish
+		f := math.Float32frombits(r.Uint32() & 0x7f7fffff)
+		next := math.Nextafter32(f, float32(math.Inf(1)))
+		mid := (float64(f) + float64(next)) / 2
+		return strconv.FormatFloat(mid, 'g', r.IntN(20)+1, 64)
+	case 3: // normalised pixels
+		return strconv.FormatFloat(r.NormFloat64(), 'f', r.IntN(12), 64)
+	case 4: // long digit strings
+		s := strconv.Itoa(r.IntN(1000))
+		s += "." + strconv.FormatUint(r.Uint64(), 10) + strconv.FormatUint(r.Uint64(), 10)
+		return s + "e" + strconv.Itoa(r.IntN(80)-40)
+	default:
+		return strconv.Itoa(r.IntN(2000000)-1000000) + "e" + strconv.Itoa(r.IntN(700)-350)
+	}
+}
+
+func TestFloatConversionsMatchStrconv(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 300000 {
+		s := randomDecimal(r)
+		b := []byte(s)
+		n, end, err := scanNumber(b, 0)
+		if err != nil || end != len(b) {
+			t.Fatalf("scanNumber(%q) = end %d, %v", s, end, err)
+		}
+		want32, err32 := strconv.ParseFloat(s, 32)
+		got32, ok := n.toFloat32(b)
+		if ok != (err32 == nil) || ok && math.Float32bits(got32) != math.Float32bits(float32(want32)) {
+			t.Fatalf("toFloat32(%q) = %v %v, strconv %v %v", s, got32, ok, float32(want32), err32)
+		}
+		want64, err64 := strconv.ParseFloat(s, 64)
+		got64, ok := n.toFloat64(b)
+		if ok != (err64 == nil) || ok && math.Float64bits(got64) != math.Float64bits(want64) {
+			t.Fatalf("toFloat64(%q) = %v %v, strconv %v %v", s, got64, ok, want64, err64)
+		}
+	}
+}
+
+func TestIntegerConversions(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		dt   runtime.DType
+		want int64 // as the little-endian value sign-extended
+		err  string
+	}{
+		{"0", runtime.UINT8, 0, ""},
+		{"255", runtime.UINT8, 255, ""},
+		{"256", runtime.UINT8, 0, "256 is out of range for UINT8"},
+		{"300", runtime.UINT8, 0, "300 is out of range for UINT8"},
+		{"-1", runtime.UINT8, 0, "out of range"},
+		{"-0", runtime.UINT8, 0, ""},
+		{"-128", runtime.INT8, -128, ""},
+		{"-129", runtime.INT8, 0, "out of range"},
+		{"127", runtime.INT8, 127, ""},
+		{"2.0", runtime.INT32, 2, ""},
+		{"1e3", runtime.INT16, 1000, ""},
+		{"1.5", runtime.INT64, 0, "1.5 is not an integer (INT64)"},
+		{"1e-3", runtime.INT64, 0, "not an integer"},
+		{"9223372036854775807", runtime.INT64, math.MaxInt64, ""},
+		{"-9223372036854775808", runtime.INT64, math.MinInt64, ""},
+		{"9223372036854775808", runtime.INT64, 0, "out of range"},
+		{"18446744073709551615", runtime.UINT64, -1, ""},
+		{"18446744073709551616", runtime.UINT64, 0, "out of range"},
+		{"1.8446744073709551615e19", runtime.UINT64, -1, ""},
+		{"123456789012345678901234567890", runtime.UINT64, 0, "out of range"},
+		{"1e1000000000", runtime.INT64, 0, "out of range"},
+		{"0e1000000000", runtime.INT64, 0, ""},
+		{"NaN", runtime.INT32, 0, "not an integer"},
+		{"65535", runtime.UINT16, 65535, ""},
+		{"4294967295", runtime.UINT32, 4294967295, ""},
+		{"-2147483648", runtime.INT32, math.MinInt32, ""},
+		{"-32769", runtime.INT16, 0, "out of range"},
+	} {
+		data, _, _, err := decodeArray([]byte(c.in), 0, c.dt, 8, 1)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%s as %s: err %v, want %q", c.in, c.dt, err, c.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s as %s: %v", c.in, c.dt, err)
+			continue
+		}
+		var got int64
+		switch len(data) {
+		case 1:
+			got = int64(int8(data[0]))
+			if c.dt == runtime.UINT8 {
+				got = int64(data[0])
+			}
+		case 2:
+			got = int64(int16(binary.LittleEndian.Uint16(data)))
+			if c.dt == runtime.UINT16 {
+				got = int64(binary.LittleEndian.Uint16(data))
+			}
+		case 4:
+			got = int64(int32(binary.LittleEndian.Uint32(data)))
+			if c.dt == runtime.UINT32 {
+				got = int64(binary.LittleEndian.Uint32(data))
+			}
+		case 8:
+			got = int64(binary.LittleEndian.Uint64(data))
+		}
+		if got != c.want {
+			t.Errorf("%s as %s = %d, want %d", c.in, c.dt, got, c.want)
+		}
+	}
+}
+
+func TestHalfConversions(t *testing.T) {
+	for h := range 1 << 16 {
+		f := halfToFloat32(uint16(h))
+		if f != f {
+			if back := float32ToHalf(f); back&0x7c00 != 0x7c00 || back&0x3ff == 0 {
+				t.Fatalf("NaN %#04x -> %#04x", h, back)
+			}
+			continue
+		}
+		if back := float32ToHalf(f); back != uint16(h) {
+			t.Fatalf("half %#04x -> %v -> %#04x", h, f, back)
+		}
+	}
+	// Rounding: between consecutive positive halves a and b, the midpoint
+	// goes to the even one, and anything off it to the nearer one.
+	for h := uint16(0); h < 0x7bff; h++ {
+		a, b := halfToFloat32(h), halfToFloat32(h+1)
+		mid := (a + b) / 2 // exact: 12 significant bits
+		even := h
+		if h&1 == 1 {
+			even = h + 1
+		}
+		if got := float32ToHalf(mid); got != even {
+			t.Fatalf("midpoint of %#04x,%#04x -> %#04x, want %#04x", h, h+1, got, even)
+		}
+		if got := float32ToHalf(math.Nextafter32(mid, 0)); got != h {
+			t.Fatalf("below midpoint of %#04x -> %#04x", h, got)
+		}
+		if got := float32ToHalf(math.Nextafter32(mid, 1e9)); got != h+1 {
+			t.Fatalf("above midpoint of %#04x -> %#04x", h, got)
+		}
+	}
+	if got := float32ToHalf(1e6); got != 0x7c00 {
+		t.Errorf("1e6 -> %#04x, want +Inf", got)
+	}
+	if got := float32ToHalf(-1e-10); got != 0x8000 {
+		t.Errorf("-1e-10 -> %#04x, want -0", got)
+	}
+}
+
+func TestStringsMatchEncodingJSON(t *testing.T) {
+	for _, s := range []string{`"plain"`, `"a\"b\\c\/d\b\f\n\r\t"`, `"\u00e9\u4e2d"`, `"\ud83d\ude00"`, `"\ud83d"`, `"\ude00x"`, `"\ud83d\u0041"`, `"é中"`} {
+		got, end, err := parseString([]byte(s), 0)
+		var want string
+		if jerr := json.Unmarshal([]byte(s), &want); jerr != nil || err != nil || end != len(s) || got != want {
+			t.Errorf("parseString(%s) = %q %d %v, encoding/json %q %v", s, got, end, err, want, jerr)
+		}
+		if back := string(appendString(nil, got)); json.Unmarshal([]byte(back), &want) != nil || want != got {
+			t.Errorf("appendString(%q) = %s", got, back)
+		}
+	}
+	for _, s := range []string{`"abc`, `"\x"`, `"\u12"`, "\"\x01\"", `x`} {
+		if _, _, err := parseString([]byte(s), 0); err == nil {
+			t.Errorf("parseString(%s) accepted", s)
+		}
+	}
+}
