@@ -38,7 +38,9 @@ func commands() []command {
 	return []command{
 		{"broker", "run the embedded in-memory KubeMQ-protocol broker (tests, demos; not for production)", runBroker},
 		{"devices", "list the GPUs NVML reports, or say why there are none", runDevices},
+		{"infer", "send inference tasks to a model's queue and wait for the results", runInfer},
 		{"models", "inspect ONNX models and write the example models", runModels},
+		{"serve", "serve the configured models from KubeMQ queues (the main job)", runServe},
 		{"version", "print inferq's and onnxruntime's versions", runVersion},
 	}
 }

@@ -1,0 +1,600 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"math"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/inferq/inferq/client"
+	"github.com/inferq/inferq/models"
+	"github.com/inferq/inferq/mq"
+	"github.com/inferq/inferq/runtime"
+	"github.com/inferq/inferq/task"
+)
+
+// inferSignatures are the inputs of the example models, for --random:
+// the producer has no model file to read them from.
+var inferSignatures = map[string][]runtime.TensorInfo{
+	"mlp":       {{Name: "x", DType: runtime.FP32, Dims: []int64{1, 16}}},
+	"multitype": {{Name: "ids", DType: runtime.INT64, Dims: []int64{1, 8}}, {Name: "x", DType: runtime.FP32, Dims: []int64{1, 4}}},
+	"resnet18":  {{Name: "input", DType: runtime.FP32, Dims: []int64{1, 3, 224, 224}}},
+}
+
+// inferBatch is how many tasks one EnqueueMany call builds and sends.
+const inferBatch = 256
+
+type inferFlags struct {
+	input    string
+	random   bool
+	shapes   []string
+	dtype    string
+	binary   bool
+	n        int
+	broker   string
+	queue    string
+	identity string
+	timeout  time.Duration
+	json     bool
+}
+
+func runInfer(ctx context.Context, a *app, args []string) error {
+	fs := a.newFlags("infer", "infer MODEL (--input FILE | --random) [flags]", `Send inference tasks for MODEL to its queue (inferq.MODEL unless --queue) and wait
+for the results, the way a producer does: each task names this producer's reply
+channel (inferq.reply.IDENTITY, an Events Store channel) and inferq serve pushes
+the result record there.
+
+Inputs come from --input FILE, Open Inference Protocol JSON:
+  {"inputs": [{"name": "x", "shape": [1,16], "datatype": "FP32", "data": [...]}]}
+or --random, random values of the model's input signature: built in for the
+example models (mlp: x FP32 [1,16]; multitype: ids INT64 [1,8] and x FP32 [1,4];
+resnet18: input FP32 [1,3,224,224]), or given with --shape, once per input.
+
+With --n 1 it prints the task's outputs (name, datatype, shape, data); with more
+it prints a summary: tasks ok and failed, tasks/s, latency p50 and p99 (from
+the task stored on the broker to its result back here). It exits 1 when a task failed or results are missing.
+
+The broker address comes from --broker, else INFERQ_BROKER_ADDRESS, else
+KUBEMQ_ADDRESS, else 127.0.0.1:50000 (auth token and TLS from the same
+variables as inferq serve).`)
+	var f inferFlags
+	fs.StringVar(&f.input, "input", "", "Open Inference Protocol JSON file {\"inputs\":[...]} with the task's inputs")
+	fs.BoolVar(&f.random, "random", false, "random inputs from the model's signature (built in for mlp, multitype, resnet18; else --shape)")
+	fs.StringArrayVar(&f.shapes, "shape", nil, "with --random: an input as NAME:DTYPE:DIMS (x:FP32:1,16), NAME:DIMS or DIMS; repeat per input")
+	fs.StringVar(&f.dtype, "dtype", "FP32", "with --shape: the datatype of inputs given without one")
+	fs.BoolVar(&f.binary, "binary", false, "send tensors in the binary form (raw bytes after a JSON header; fast for large inputs)")
+	fs.IntVarP(&f.n, "n", "n", 1, "number of tasks to send")
+	fs.StringVar(&f.broker, "broker", "", "KubeMQ gRPC address host:port (env INFERQ_BROKER_ADDRESS or KUBEMQ_ADDRESS; default 127.0.0.1:50000)")
+	fs.StringVar(&f.queue, "queue", "", "queue to send to (default inferq.MODEL)")
+	fs.StringVar(&f.identity, "identity", "", "producer identity naming the reply channel inferq.reply.IDENTITY (default cli-HOSTNAME)")
+	fs.DurationVar(&f.timeout, "timeout", time.Minute, "give up on results not back after this long (from the start)")
+	fs.BoolVar(&f.json, "json", false, "print JSON instead of text")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	switch {
+	case fs.NArg() != 1:
+		return usageErrorf("want exactly one MODEL, got %d arguments", fs.NArg())
+	case (f.input == "") == !f.random:
+		return usageErrorf("give one of --input FILE or --random")
+	case f.n < 1:
+		return usageErrorf("--n %d: want at least 1", f.n)
+	case f.timeout <= 0:
+		return usageErrorf("--timeout %v: want a positive duration", f.timeout)
+	case len(f.shapes) > 0 && !f.random:
+		return usageErrorf("--shape goes with --random")
+	}
+	model := fs.Arg(0)
+	var (
+		inputs []runtime.Tensor
+		err    error
+	)
+	if f.random {
+		inputs, err = randomInputs(model, f.shapes, f.dtype)
+	} else {
+		inputs, err = readInputs(f.input)
+	}
+	if err != nil {
+		return err
+	}
+	return a.infer(ctx, model, inputs, f)
+}
+
+// brokerConfig reads the broker's address, token and TLS files from the
+// environment variables serve reads (envVars), then the flag.
+func (a *app) brokerConfig(flag string) mq.Config {
+	var mc models.Config
+	for _, ev := range envVars {
+		for _, name := range ev.names {
+			if v := a.getenv(name); v != "" {
+				ev.set(&mc, v)
+				break
+			}
+		}
+	}
+	b := mc.Broker
+	cfg := mq.Config{Address: b.Address, AuthToken: b.AuthToken, TLS: mq.TLS{CA: b.TLS.CA, Cert: b.TLS.Cert, Key: b.TLS.Key}}
+	if flag != "" {
+		cfg.Address = flag
+	}
+	if cfg.Address == "" {
+		cfg.Address = "127.0.0.1:50000"
+	}
+	return cfg
+}
+
+// defaultIdentity is cli-HOSTNAME with the characters a channel name may not
+// carry replaced: stable per machine, never per run (a reply channel costs
+// the broker files for 24 h).
+func defaultIdentity() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		h = "localhost"
+	}
+	return "cli-" + strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '-', r == '_':
+			return r
+		}
+		return '-'
+	}, h)
+}
+
+func (a *app) infer(ctx context.Context, model string, inputs []runtime.Tensor, f inferFlags) error {
+	var start time.Time // when the first batch was stored
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	bcfg := a.brokerConfig(f.broker)
+	if f.identity == "" {
+		f.identity = defaultIdentity()
+	}
+	queue := f.queue
+	if queue == "" {
+		queue = client.DefaultQueuePrefix + model
+	}
+	c, err := client.New(ctx, client.Config{
+		Broker:       bcfg,
+		Identity:     f.identity,
+		BinaryInputs: f.binary,
+		Logger:       slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelError})),
+	})
+	if err != nil {
+		return usageErrorf("%v", err)
+	}
+	defer c.Close()
+
+	// The client probes its reply channel before the first send: that is
+	// where an absent broker shows.
+	rctx, rcancel := context.WithTimeout(ctx, min(f.timeout, 10*time.Second))
+	err = c.Ready(rctx)
+	rcancel()
+	if err != nil {
+		if errors.Is(err, mq.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("broker at %s unreachable (start one with 'inferq broker', or set --broker / INFERQ_BROKER_ADDRESS): %w", bcfg.Address, err)
+		}
+		return err
+	}
+
+	var (
+		mu   sync.Mutex
+		lat  = make([]time.Duration, 0, f.n)
+		recs = make(map[string]*task.Record, min(f.n, 1<<16))
+		ids  = make([]string, 0, f.n)
+		wg   sync.WaitGroup
+	)
+	// Tasks per send: up to inferBatch, and about 32 MiB of tensors.
+	size := 1
+	for _, t := range inputs {
+		size += len(t.Data)
+	}
+	per := max(1, min(inferBatch, 32<<20/size))
+	batch := make([][]runtime.Tensor, 0, per)
+	for sent := 0; sent < f.n; sent += len(batch) {
+		batch = batch[:0]
+		for range min(per, f.n-sent) {
+			batch = append(batch, inputs)
+		}
+		got, err := c.EnqueueMany(ctx, model, batch, client.WithQueue(queue))
+		if err != nil {
+			return fmt.Errorf("enqueue to %s after %d tasks: %w", queue, sent, err)
+		}
+		// Latency runs from the task stored on the broker to its result
+		// here: the first send of a process also opens the SDK's stream,
+		// which takes about a second (KUBEMQ.md trap 3).
+		t0 := time.Now()
+		if sent == 0 {
+			start = t0
+		}
+		ids = append(ids, got...)
+		for _, id := range got {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rec, err := c.Wait(ctx, id)
+				if err != nil {
+					return
+				}
+				d := time.Since(t0)
+				mu.Lock()
+				recs[id], lat = rec, append(lat, d)
+				mu.Unlock()
+			}()
+		}
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if missing := f.n - len(recs); missing > 0 {
+		if errors.Is(ctx.Err(), context.Canceled) {
+			return fmt.Errorf("interrupted: %d of %d results missing", missing, f.n)
+		}
+		return fmt.Errorf("timed out after %v: %d of %d results missing (is 'inferq serve' consuming queue %s, with model %s?)",
+			f.timeout, missing, f.n, queue, model)
+	}
+	if f.n == 1 {
+		return a.printRecord(recs[ids[0]], lat[0], f.json)
+	}
+	return a.printSummary(model, queue, ids, recs, lat, elapsed, f.json)
+}
+
+func (a *app) printRecord(rec *task.Record, lat time.Duration, asJSON bool) error {
+	var resp *task.InferResponse
+	if rec.Status == task.StatusSuccess {
+		var err error
+		if resp, err = rec.Response(); err != nil {
+			return fmt.Errorf("task %s: result: %w", rec.TaskID, err)
+		}
+	}
+	if asJSON {
+		out := struct {
+			TaskID    string          `json:"task_id"`
+			Status    task.Status     `json:"status"`
+			LatencyMS float64         `json:"latency_ms"`
+			Error     string          `json:"error,omitempty"`
+			Result    json.RawMessage `json:"result,omitempty"`
+		}{TaskID: rec.TaskID, Status: rec.Status, LatencyMS: ms(lat), Error: rec.Error}
+		if resp != nil {
+			// Re-encode with every output as JSON data, binary ones included.
+			for i := range resp.Outputs {
+				resp.Outputs[i].Binary = false
+			}
+			b, _, err := resp.Encode()
+			if err != nil {
+				return err
+			}
+			out.Result = b
+		}
+		if err := writeJSON(a.stdout, out); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(a.stdout, "task %s: %s in %.1f ms\n", rec.TaskID, rec.Status, ms(lat))
+		if resp != nil {
+			for _, o := range resp.Outputs {
+				fmt.Fprintf(a.stdout, "  %s  %s  %s  %s\n", o.Name, o.DType, runtime.FormatShape(o.Shape), formatData(o.Tensor, 16))
+			}
+		}
+		if rec.Error != "" {
+			fmt.Fprintf(a.stdout, "  error: %s\n", rec.Error)
+		}
+	}
+	if rec.Status != task.StatusSuccess {
+		return fmt.Errorf("task %s: %s: %s", rec.TaskID, rec.Status, rec.Error)
+	}
+	return nil
+}
+
+func (a *app) printSummary(model, queue string, ids []string, recs map[string]*task.Record, lat []time.Duration, elapsed time.Duration, asJSON bool) error {
+	ok, failed := 0, 0
+	var firstErr string
+	for _, id := range ids {
+		if recs[id].Status == task.StatusSuccess {
+			ok++
+			continue
+		}
+		failed++
+		if firstErr == "" {
+			firstErr = fmt.Sprintf("%s: %s", recs[id].Status, recs[id].Error)
+		}
+	}
+	slices.Sort(lat)
+	rate := float64(len(ids)) / elapsed.Seconds()
+	if asJSON {
+		err := writeJSON(a.stdout, map[string]any{
+			"model": model, "queue": queue, "count": len(ids), "ok": ok, "failed": failed,
+			"seconds": elapsed.Seconds(), "tasks_per_second": rate,
+			"latency_p50_ms": ms(pct(lat, 0.50)), "latency_p99_ms": ms(pct(lat, 0.99)),
+		})
+		if err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(a.stdout, "%d tasks to %s: %d ok, %d failed in %.2fs (%.1f tasks/s)\nlatency p50 %.1f ms, p99 %.1f ms\n",
+			len(ids), queue, ok, failed, elapsed.Seconds(), rate, ms(pct(lat, 0.50)), ms(pct(lat, 0.99)))
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d tasks failed; first: %s", failed, len(ids), firstErr)
+	}
+	return nil
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// pct returns the q-quantile of sorted (nearest rank).
+func pct(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+// formatData prints up to limit elements of t, and how many there are.
+func formatData(t runtime.Tensor, limit int) string {
+	var vals []string
+	add := func(n int, f func(i int) string) {
+		for i := range min(n, limit) {
+			vals = append(vals, f(i))
+		}
+		if n > limit {
+			vals = append(vals, fmt.Sprintf("... (%d values)", n))
+		}
+	}
+	var err error
+	switch t.DType {
+	case runtime.FP32:
+		v, e := runtime.Values[float32](t)
+		add(len(v), func(i int) string { return strconv.FormatFloat(float64(v[i]), 'g', -1, 32) })
+		err = e
+	case runtime.FP64:
+		v, e := runtime.Values[float64](t)
+		add(len(v), func(i int) string { return strconv.FormatFloat(v[i], 'g', -1, 64) })
+		err = e
+	case runtime.FP16:
+		add(len(t.Data)/2, func(i int) string {
+			return strconv.FormatFloat(float64(halfToFloat(uint16(t.Data[2*i])|uint16(t.Data[2*i+1])<<8)), 'g', 5, 32)
+		})
+	case runtime.BYTES:
+		v, e := runtime.BytesElements(t)
+		add(len(v), func(i int) string { return strconv.Quote(string(v[i])) })
+		err = e
+	case runtime.BOOL:
+		v, e := runtime.Values[bool](t)
+		add(len(v), func(i int) string { return strconv.FormatBool(v[i]) })
+		err = e
+	default:
+		v, e := intValues(t)
+		add(len(v), func(i int) string { return v[i] })
+		err = e
+	}
+	if err != nil {
+		return fmt.Sprintf("(%v)", err)
+	}
+	return "[" + strings.Join(vals, " ") + "]"
+}
+
+func intValues(t runtime.Tensor) ([]string, error) {
+	conv := func(n int, f func(i int) string) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = f(i)
+		}
+		return out
+	}
+	switch t.DType {
+	case runtime.INT8:
+		v, err := runtime.Values[int8](t)
+		return conv(len(v), func(i int) string { return strconv.Itoa(int(v[i])) }), err
+	case runtime.INT16:
+		v, err := runtime.Values[int16](t)
+		return conv(len(v), func(i int) string { return strconv.Itoa(int(v[i])) }), err
+	case runtime.INT32:
+		v, err := runtime.Values[int32](t)
+		return conv(len(v), func(i int) string { return strconv.Itoa(int(v[i])) }), err
+	case runtime.INT64:
+		v, err := runtime.Values[int64](t)
+		return conv(len(v), func(i int) string { return strconv.FormatInt(v[i], 10) }), err
+	case runtime.UINT8:
+		v, err := runtime.Values[uint8](t)
+		return conv(len(v), func(i int) string { return strconv.FormatUint(uint64(v[i]), 10) }), err
+	case runtime.UINT16:
+		v, err := runtime.Values[uint16](t)
+		return conv(len(v), func(i int) string { return strconv.FormatUint(uint64(v[i]), 10) }), err
+	case runtime.UINT32:
+		v, err := runtime.Values[uint32](t)
+		return conv(len(v), func(i int) string { return strconv.FormatUint(uint64(v[i]), 10) }), err
+	case runtime.UINT64:
+		v, err := runtime.Values[uint64](t)
+		return conv(len(v), func(i int) string { return strconv.FormatUint(v[i], 10) }), err
+	}
+	return nil, fmt.Errorf("datatype %s", t.DType)
+}
+
+// halfToFloat converts an IEEE 754 half to float32.
+func halfToFloat(h uint16) float32 {
+	sign := uint32(h>>15) << 31
+	exp := uint32(h>>10) & 0x1f
+	frac := uint32(h) & 0x3ff
+	switch {
+	case exp == 0: // zero or subnormal
+		f := float32(frac) / (1 << 24)
+		if sign != 0 {
+			f = -f
+		}
+		return f
+	case exp == 0x1f:
+		return math.Float32frombits(sign | 0xff<<23 | frac<<13)
+	}
+	return math.Float32frombits(sign | (exp+127-15)<<23 | frac<<13)
+}
+
+// randomInputs builds random tensors for model from --shape specs, else
+// from the built-in table.
+func randomInputs(model string, specs []string, dtype string) ([]runtime.Tensor, error) {
+	sig := inferSignatures[model]
+	if len(specs) > 0 {
+		defName := "x"
+		if len(sig) == 1 {
+			defName = sig[0].Name
+		}
+		sig = nil
+		for _, s := range specs {
+			ti, err := parseShapeSpec(s, defName, dtype)
+			if err != nil {
+				return nil, err
+			}
+			sig = append(sig, ti)
+		}
+	}
+	if len(sig) == 0 {
+		known := slices.Sorted(maps.Keys(inferSignatures))
+		return nil, usageErrorf("no built-in signature for model %q (known: %s): give its inputs with --shape NAME:DTYPE:DIMS", model, strings.Join(known, ", "))
+	}
+	out := make([]runtime.Tensor, len(sig))
+	for i, ti := range sig {
+		t, err := randomTensor(ti)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = t
+	}
+	return out, nil
+}
+
+// parseShapeSpec reads NAME:DTYPE:DIMS, NAME:DIMS or DIMS, DIMS as 1,16 or
+// 1x16.
+func parseShapeSpec(s, defName, defDType string) (runtime.TensorInfo, error) {
+	parts := strings.Split(s, ":")
+	ti := runtime.TensorInfo{Name: defName}
+	dt := defDType
+	switch len(parts) {
+	case 1:
+	case 2:
+		ti.Name = parts[0]
+	case 3:
+		ti.Name, dt = parts[0], parts[1]
+	default:
+		return ti, usageErrorf("--shape %q: want NAME:DTYPE:DIMS, NAME:DIMS or DIMS", s)
+	}
+	d, err := runtime.ParseDType(strings.ToUpper(dt))
+	if err != nil {
+		return ti, usageErrorf("--shape %q: datatype %q: want BOOL, INT8..INT64, UINT8..UINT64, FP16, FP32 or FP64", s, dt)
+	}
+	ti.DType = d
+	dims := parts[len(parts)-1]
+	for _, f := range strings.FieldsFunc(dims, func(r rune) bool { return r == ',' || r == 'x' || r == 'X' }) {
+		n, err := strconv.ParseInt(strings.TrimSpace(f), 10, 64)
+		if err != nil || n < 1 {
+			return ti, usageErrorf("--shape %q: dim %q: want a positive integer", s, f)
+		}
+		ti.Dims = append(ti.Dims, n)
+	}
+	if len(ti.Dims) == 0 {
+		return ti, usageErrorf("--shape %q: no dims", s)
+	}
+	if ti.Name == "" {
+		return ti, usageErrorf("--shape %q: empty input name", s)
+	}
+	return ti, nil
+}
+
+// randomTensor fills a tensor of ti with random values: floats in [0, 1),
+// integers in [0, 100), booleans.
+func randomTensor(ti runtime.TensorInfo) (runtime.Tensor, error) {
+	n := runtime.NumElements(ti.Dims)
+	if n < 0 || n > 1<<28 {
+		return runtime.Tensor{}, usageErrorf("input %s: shape %s too large", ti.Name, runtime.FormatShape(ti.Dims))
+	}
+	shape := slices.Clone(ti.Dims)
+	switch ti.DType {
+	case runtime.FP32:
+		return runtime.NewTensor(ti.Name, shape, fill(n, rand.Float32)), nil
+	case runtime.FP64:
+		return runtime.NewTensor(ti.Name, shape, fill(n, rand.Float64)), nil
+	case runtime.FP16:
+		data := make([]byte, 2*n)
+		for i := range n {
+			// halves in [0, 1): exponent 0..14 (biased), any mantissa
+			h := uint16(rand.IntN(15))<<10 | uint16(rand.IntN(1024))
+			data[2*i], data[2*i+1] = byte(h), byte(h>>8)
+		}
+		return runtime.Tensor{Name: ti.Name, DType: runtime.FP16, Shape: shape, Data: data}, nil
+	case runtime.BOOL:
+		return runtime.NewTensor(ti.Name, shape, fill(n, func() bool { return rand.IntN(2) == 1 })), nil
+	case runtime.INT8:
+		return runtime.NewTensor(ti.Name, shape, fill(n, func() int8 { return int8(rand.IntN(100)) })), nil
+	case runtime.INT16:
+		return runtime.NewTensor(ti.Name, shape, fill(n, func() int16 { return int16(rand.IntN(100)) })), nil
+	case runtime.INT32:
+		return runtime.NewTensor(ti.Name, shape, fill(n, func() int32 { return int32(rand.IntN(100)) })), nil
+	case runtime.INT64:
+		return runtime.NewTensor(ti.Name, shape, fill(n, func() int64 { return int64(rand.IntN(100)) })), nil
+	case runtime.UINT8:
+		return runtime.NewTensor(ti.Name, shape, fill(n, func() uint8 { return uint8(rand.IntN(100)) })), nil
+	case runtime.UINT16:
+		return runtime.NewTensor(ti.Name, shape, fill(n, func() uint16 { return uint16(rand.IntN(100)) })), nil
+	case runtime.UINT32:
+		return runtime.NewTensor(ti.Name, shape, fill(n, func() uint32 { return uint32(rand.IntN(100)) })), nil
+	case runtime.UINT64:
+		return runtime.NewTensor(ti.Name, shape, fill(n, func() uint64 { return uint64(rand.IntN(100)) })), nil
+	}
+	return runtime.Tensor{}, usageErrorf("input %s: --random cannot make %s data; use --input", ti.Name, ti.DType)
+}
+
+func fill[T any](n int64, f func() T) []T {
+	out := make([]T, n)
+	for i := range out {
+		out[i] = f()
+	}
+	return out
+}
+
+// readInputs reads an Open Inference Protocol request file: {"inputs":
+// [...]} or the bare list. The tensor objects are those of a response's
+// outputs, so task's decoder reads them (nested or flat data, every
+// datatype, shape checks).
+func readInputs(path string) ([]runtime.Tensor, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, usageErrorf("--input: %v", err)
+	}
+	list := bytes.TrimSpace(b)
+	if !bytes.HasPrefix(list, []byte("[")) {
+		var req struct {
+			Inputs json.RawMessage `json:"inputs"`
+		}
+		if err := json.Unmarshal(b, &req); err != nil {
+			return nil, usageErrorf("--input %s: %v", path, err)
+		}
+		if len(req.Inputs) == 0 {
+			return nil, usageErrorf(`--input %s: no "inputs" list`, path)
+		}
+		list = req.Inputs
+	}
+	resp, err := task.DecodeInferResponse(append(append([]byte(`{"outputs":`), list...), '}'), nil)
+	if err != nil {
+		msg := strings.ReplaceAll(err.Error(), "output ", "input ")
+		return nil, usageErrorf("--input %s: %s", path, msg)
+	}
+	if len(resp.Outputs) == 0 {
+		return nil, usageErrorf("--input %s: the inputs list is empty", path)
+	}
+	return resp.Tensors(), nil
+}

@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/inferq/inferq/broker"
+	"github.com/inferq/inferq/broker/brokertest"
+	"github.com/inferq/inferq/client/clienttest"
+	"github.com/inferq/inferq/runtime"
+)
+
+func inferBroker(t *testing.T) *brokertest.Server {
+	return brokertest.NewServer(t, broker.Options{PollWaitFloor: 20 * time.Millisecond, SecondLength: 20 * time.Millisecond})
+}
+
+// runInferCmd runs `inferq infer args...` and returns the exit code and
+// the output streams.
+func runInferCmd(t *testing.T, env map[string]string, args ...string) (int, string, string) {
+	t.Helper()
+	a, out, errb := testApp(env)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	code := a.main(ctx, append([]string{"infer"}, args...))
+	return code, out.String(), errb.String()
+}
+
+func TestInferOneTask(t *testing.T) {
+	srv := inferBroker(t)
+	clienttest.StartWorker(t, clienttest.Config{Address: srv.Addr, Model: clienttest.MLP()})
+	// The address from the environment, as serve reads it.
+	code, out, errs := runInferCmd(t, map[string]string{"KUBEMQ_ADDRESS": srv.Addr}, "mlp", "--random", "--timeout", "20s")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	t.Logf("output:\n%s", out)
+	if !strings.Contains(out, "SUCCESS") || !strings.Contains(out, "probs  FP32  [1,4]  [0.1 0.2 0.3 0.4]") {
+		t.Errorf("output:\n%s", out)
+	}
+}
+
+func TestInferInputFileJSON(t *testing.T) {
+	srv := inferBroker(t)
+	clienttest.StartWorker(t, clienttest.Config{Address: srv.Addr, Model: clienttest.Echo(runtime.INT64, 3)})
+	file := filepath.Join(t.TempDir(), "in.json")
+	if err := os.WriteFile(file, []byte(`{"inputs":[{"name":"x","shape":[2,3],"datatype":"INT64","data":[[1,2,3],[4,5,6]]}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runInferCmd(t, nil, "echo", "--input", file, "--binary", "--json", "--broker", srv.Addr, "--identity", "tester")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var got struct {
+		TaskID string `json:"task_id"`
+		Status string `json:"status"`
+		Result struct {
+			Outputs []struct {
+				Name  string  `json:"name"`
+				Shape []int   `json:"shape"`
+				Data  []int64 `json:"data"`
+			} `json:"outputs"`
+		} `json:"result"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+	if got.Status != "SUCCESS" || len(got.Result.Outputs) != 1 || got.Result.Outputs[0].Name != "y" ||
+		len(got.Result.Outputs[0].Data) != 6 || got.Result.Outputs[0].Data[5] != 6 {
+		t.Errorf("output:\n%s", out)
+	}
+	if n := len(srv.Broker.QueueSnapshot("inferq.echo").Waiting); n != 0 {
+		t.Errorf("%d tasks left", n)
+	}
+}
+
+func TestInferManySummary(t *testing.T) {
+	srv := inferBroker(t)
+	clienttest.StartWorker(t, clienttest.Config{Address: srv.Addr, Model: clienttest.MLP(), Queue: "q.mlp"})
+	code, out, errs := runInferCmd(t, map[string]string{"INFERQ_BROKER_ADDRESS": srv.Addr},
+		"mlp", "--random", "--n", "300", "--binary", "--queue", "q.mlp", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var sum map[string]any
+	if err := json.Unmarshal([]byte(out), &sum); err != nil {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+	if sum["count"] != 300.0 || sum["ok"] != 300.0 || sum["failed"] != 0.0 || sum["tasks_per_second"].(float64) <= 0 ||
+		sum["latency_p99_ms"].(float64) < sum["latency_p50_ms"].(float64) {
+		t.Errorf("summary %v", sum)
+	}
+	// Failed tasks are counted and make the exit code 1.
+	code, out, errs = runInferCmd(t, map[string]string{"INFERQ_BROKER_ADDRESS": srv.Addr},
+		"mlp", "--random", "--shape", "1,16", "--dtype", "FP64", "--n", "3", "--queue", "q.mlp")
+	t.Logf("output:\n%s%s", out, errs)
+	if code != 1 || !strings.Contains(out, "0 ok, 3 failed") || !strings.Contains(errs, "3 of 3 tasks failed") {
+		t.Errorf("wrong dtype: exit %d\n%s\n%s", code, out, errs)
+	}
+}
+
+func TestInferErrors(t *testing.T) {
+	srv := inferBroker(t)
+	addr := srv.Addr // no worker: nothing answers
+	dead := inferBroker(t)
+	deadAddr := dead.Addr
+	dead.Close()
+	tests := []struct {
+		name string
+		args []string
+		code int
+		out  string
+		err  string
+	}{
+		{"help", []string{"--help"}, 0, "--random", ""},
+		{"no model", []string{"--random"}, 2, "", "exactly one MODEL"},
+		{"no inputs", []string{"mlp"}, 2, "", "--input FILE or --random"},
+		{"both inputs", []string{"mlp", "--random", "--input", "x.json"}, 2, "", "--input FILE or --random"},
+		{"unknown signature", []string{"bert", "--random"}, 2, "", `no built-in signature for model "bert"`},
+		{"bad shape", []string{"mlp", "--random", "--shape", "x:FP99:1,16"}, 2, "", `datatype "FP99"`},
+		{"missing file", []string{"mlp", "--input", "/nonexistent.json"}, 2, "", "nonexistent.json"},
+		{"broker unreachable", []string{"mlp", "--random", "--broker", deadAddr, "--timeout", "1s"}, 1, "", "broker at " + deadAddr + " unreachable"},
+		{"no worker", []string{"mlp", "--random", "--n", "2", "--broker", addr, "--timeout", "2s"}, 1, "", "2 of 2 results missing"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out, errs := runInferCmd(t, nil, tt.args...)
+			t.Logf("exit %d\n%s%s", code, out, errs)
+			if code != tt.code || !strings.Contains(out, tt.out) || !strings.Contains(errs, tt.err) {
+				t.Errorf("exit %d (want %d)\nstdout: %s\nstderr: %s", code, tt.code, out, errs)
+			}
+		})
+	}
+}
+
+func TestParseShapeSpec(t *testing.T) {
+	for spec, want := range map[string]string{
+		"1,16":                 "x FP32 [1,16]",
+		"ids:INT64:1x8":        "ids INT64 [1,8]",
+		"input:1,3,224,224":    "input FP32 [1,3,224,224]",
+		"x:fp16:2,4":           "x FP16 [2,4]",
+		"x:FP32:1,0":           "error",
+		"a:b:c:d":              "error",
+		"x:FP32:":              "error",
+		"x:FP32:1,banana":      "error",
+		"x:BYTES:1,2":          "x BYTES [1,2]",
+		"multi:UINT8:1 , 2, 3": "multi UINT8 [1,2,3]",
+	} {
+		ti, err := parseShapeSpec(spec, "x", "FP32")
+		got := ti.String()
+		if err != nil {
+			got = "error"
+		}
+		if got != want {
+			t.Errorf("%q: %s (%v), want %s", spec, got, err, want)
+		}
+	}
+	if _, err := randomInputs("m", []string{"x:BYTES:1,2"}, "FP32"); err == nil {
+		t.Error("random BYTES built")
+	}
+	ins, err := randomInputs("multitype", nil, "FP32")
+	if err != nil || len(ins) != 2 || ins[0].String() == "" || ins[1].Validate() != nil {
+		t.Errorf("multitype: %v %v", ins, err)
+	}
+}

@@ -1,0 +1,174 @@
+package consumer
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/inferq/inferq/task"
+)
+
+// EventSender publishes a KubeMQ Event (not stored: lost when no one
+// subscribes). *mq.Conn satisfies it.
+type EventSender interface {
+	SendEvent(ctx context.Context, channel string, body []byte, tags map[string]string) error
+}
+
+// Progress percentages of the steps the consumer reports.
+const (
+	PctReceived = 10
+	PctRunning  = 50
+	PctStored   = 100
+	PctRetrying = 0
+	PctFailed   = 100
+)
+
+type event struct {
+	channel string
+	body    []byte
+	tags    map[string]string
+}
+
+// publisher sends events from a bounded buffer on its own goroutine so that
+// publishing never blocks the task path; what does not fit is dropped and
+// counted.
+type publisher struct {
+	send    EventSender
+	ch      chan event
+	dropped func()
+	log     *slog.Logger
+}
+
+func newPublisher(send EventSender, size int, dropped func(), log *slog.Logger) *publisher {
+	return &publisher{send: send, ch: make(chan event, size), dropped: dropped, log: log}
+}
+
+// publish queues an event or drops it at once when the buffer is full.
+func (p *publisher) publish(e event) {
+	select {
+	case p.ch <- e:
+	default:
+		p.dropped()
+	}
+}
+
+// progress queues a progress event for a task on its queue's progress
+// channel.
+func (p *publisher) progress(queue, taskID string, pct int, detail string) {
+	body, tags := task.Progress{TaskID: taskID, Pct: pct, Detail: detail}.Encode()
+	p.publish(event{channel: queue + ".progress", body: body, tags: tags})
+}
+
+// run sends queued events until ctx ends, then what is left for up to a
+// second.
+func (p *publisher) run(ctx context.Context) {
+	for {
+		select {
+		case e := <-p.ch:
+			p.sendOne(ctx, e)
+		case <-ctx.Done():
+			drain, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			defer cancel()
+			for {
+				select {
+				case e := <-p.ch:
+					p.sendOne(drain, e)
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+func (p *publisher) sendOne(ctx context.Context, e event) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := p.send.SendEvent(ctx, e.channel, e.body, e.tags); err != nil {
+		p.dropped()
+		p.log.Debug("event dropped", "channel", e.channel, "err", err)
+	}
+}
+
+// Alert is what the DLQ alert hook reports: the body of the event on
+// <queue>.dlq and of the webhook POST.
+type Alert struct {
+	TaskID   string `json:"task_id"`
+	Model    string `json:"model"`
+	Queue    string `json:"queue"`
+	DLQ      string `json:"dlq"`
+	Error    string `json:"error"`
+	Attempts int    `json:"attempts"`
+	Time     string `json:"time"`
+}
+
+// alerter fires the DLQ alert once per dead-lettered task: an event on
+// <queue>.dlq through the publisher, and a POST to a webhook when one is
+// configured, from a bounded set of goroutines with a timeout, never
+// blocking the consumer.
+type alerter struct {
+	pub     *publisher
+	webhook string
+	client  *http.Client
+	slots   chan struct{}
+	dropped func()
+	log     *slog.Logger
+	wg      sync.WaitGroup
+}
+
+func newAlerter(pub *publisher, webhook string, timeout time.Duration, dropped func(), log *slog.Logger) *alerter {
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	return &alerter{pub: pub, webhook: webhook, client: &http.Client{Timeout: timeout},
+		slots: make(chan struct{}, 8), dropped: dropped, log: log}
+}
+
+func (a *alerter) fire(al Alert) {
+	body, err := json.Marshal(al)
+	if err != nil {
+		return
+	}
+	a.pub.publish(event{channel: al.Queue + ".dlq", body: body, tags: map[string]string{
+		task.TagTaskID: al.TaskID, "attempts": strconv.Itoa(al.Attempts),
+	}})
+	if a.webhook == "" {
+		return
+	}
+	select {
+	case a.slots <- struct{}{}:
+	default:
+		a.dropped()
+		a.log.Warn("dlq webhook skipped: too many in flight", "task_id", al.TaskID)
+		return
+	}
+	a.wg.Add(1)
+	go func() {
+		defer func() { <-a.slots; a.wg.Done() }()
+		if err := a.post(body); err != nil {
+			a.dropped()
+			a.log.Warn("dlq webhook failed", "task_id", al.TaskID, "err", err)
+		}
+	}()
+}
+
+func (a *alerter) post(body []byte) error {
+	resp, err := a.client.Post(a.webhook, "application/json", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("webhook answered %s", resp.Status)
+	}
+	return nil
+}
+
+// wait waits for webhook posts in flight (each bounded by the timeout).
+func (a *alerter) wait() { a.wg.Wait() }

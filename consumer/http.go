@@ -1,0 +1,108 @@
+package consumer
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"strconv"
+
+	"github.com/inferq/inferq/runtime"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// HTTPConfig configures the operations endpoints.
+type HTTPConfig struct {
+	Server   *Server
+	Gatherer prometheus.Gatherer
+	// Ready reports readiness beyond the broker (models warm); nil: true.
+	Ready func() bool
+	// Devices describes where each model's instances run, for /v1/models.
+	Devices map[string][]string
+}
+
+// Handler serves /healthz, /readyz, /metrics, /v1/models and
+// /v1/tasks/{id} on its own mux.
+func Handler(c HTTPConfig) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		warm := c.Ready == nil || c.Ready()
+		broker := c.Server.Ready()
+		code := http.StatusOK
+		if !warm || !broker {
+			code = http.StatusServiceUnavailable
+		}
+		writeJSON(w, code, map[string]bool{"ready": code == http.StatusOK, "models_warm": warm, "broker_up": broker})
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(c.Gatherer, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, r *http.Request) {
+		type tensor struct {
+			Name     string  `json:"name"`
+			Datatype string  `json:"datatype"`
+			Shape    []int64 `json:"shape"`
+		}
+		type model struct {
+			Name    string   `json:"name"`
+			Version string   `json:"version"`
+			Queue   string   `json:"queue"`
+			Devices []string `json:"devices,omitempty"`
+			Inputs  []tensor `json:"inputs"`
+			Outputs []tensor `json:"outputs"`
+		}
+		conv := func(ts []runtime.TensorInfo) []tensor {
+			out := make([]tensor, len(ts))
+			for i, t := range ts {
+				dt := t.ONNXType
+				if t.DType.Valid() {
+					dt = t.DType.String()
+				}
+				out[i] = tensor{t.Name, dt, t.Dims}
+			}
+			return out
+		}
+		var list []model
+		for _, m := range c.Server.cfg.Models {
+			list = append(list, model{Name: m.Config.Name, Version: m.Version, Queue: m.Config.Queue,
+				Devices: c.Devices[m.Config.Name], Inputs: conv(m.Info.Inputs), Outputs: conv(m.Info.Outputs)})
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"models": list})
+	})
+	mux.HandleFunc("GET /v1/tasks/{id}", func(w http.ResponseWriter, r *http.Request) {
+		id := r.PathValue("id")
+		body, ok := c.Server.cfg.Store.Get(id)
+		if !ok {
+			writeJSON(w, http.StatusNotFound, map[string]string{"error": "task " + id + " is not known to this worker (records are kept in its spool and recent cache)"})
+			return
+		}
+		if i := jsonEnd(body); i < len(body) {
+			// A record with binary outputs: the JSON part, then raw bytes.
+			w.Header().Set("Inference-Header-Content-Length", strconv.Itoa(i))
+			w.Header().Set("Content-Type", "application/octet-stream")
+		} else {
+			w.Header().Set("Content-Type", "application/json")
+		}
+		w.Write(body)
+	})
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// jsonEnd returns the length of the JSON object at the start of b.
+func jsonEnd(b []byte) int {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
+		return len(b)
+	}
+	return int(dec.InputOffset())
+}

@@ -1,0 +1,96 @@
+package consumer
+
+import (
+	"time"
+
+	"github.com/inferq/inferq/runtime"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Outcomes of a task, the values of inferq_tasks_total's outcome label.
+const (
+	OutcomeSuccess       = "success"
+	OutcomeFailure       = "failure"       // final failure (DLQ)
+	OutcomeBadInput      = "bad_input"     // input does not fit the model
+	OutcomeRetry         = "retry"         // failed, retried later
+	OutcomeExpired       = "expired"       // past its deadline, not run
+	OutcomeCancelled     = "cancelled"     // record read CANCELLED, not run
+	OutcomeUnknownModel  = "unknown_model" // task_name names no model
+	OutcomeUnprocessable = "unprocessable" // body could not be decoded
+)
+
+// Stages of inferq_task_duration_seconds.
+const (
+	StageQueue     = "queue"      // created_at (or broker timestamp) to intake
+	StageBatchWait = "batch_wait" // intake to the start of its run
+	StageInfer     = "infer"      // the run
+	StageStore     = "store"      // storing the record
+)
+
+// Metrics are the consumer's Prometheus collectors. They are registered on
+// the registry given to NewMetrics, never on the default one. Safe for
+// concurrent use.
+type Metrics struct {
+	Tasks         *prometheus.CounterVec   // inferq_tasks_total{model,outcome}
+	Duration      *prometheus.HistogramVec // inferq_task_duration_seconds{model,stage}
+	BatchSize     *prometheus.HistogramVec // inferq_batch_size{model}
+	Inflight      *prometheus.GaugeVec     // inferq_inflight_tasks{model}
+	Retries       prometheus.Counter       // inferq_retries_total
+	DLQ           prometheus.Counter       // inferq_dlq_total
+	Unprocessable prometheus.Counter       // inferq_unprocessable_total
+	QueueDepth    *prometheus.GaugeVec     // inferq_queue_depth{queue}
+	BrokerUp      prometheus.Gauge         // inferq_broker_up
+	ProgressDrops prometheus.Counter       // inferq_progress_dropped_total
+	AlertDrops    prometheus.Counter       // inferq_alerts_dropped_total
+	SettleErrors  prometheus.Counter       // inferq_settle_errors_total
+}
+
+// NewMetrics creates the collectors and registers them on reg.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		Tasks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "inferq_tasks_total", Help: "Tasks handled, by model and outcome.",
+		}, []string{"model", "outcome"}),
+		Duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "inferq_task_duration_seconds", Help: "Time a task spends in each stage: queue, batch_wait, infer, store.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2.5, 14),
+		}, []string{"model", "stage"}),
+		BatchSize: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "inferq_batch_size", Help: "Rows per inference run.",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
+		}, []string{"model"}),
+		Inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "inferq_inflight_tasks", Help: "Tasks taken from the queue and not yet settled.",
+		}, []string{"model"}),
+		Retries:       prometheus.NewCounter(prometheus.CounterOpts{Name: "inferq_retries_total", Help: "Failed attempts that were retried."}),
+		DLQ:           prometheus.NewCounter(prometheus.CounterOpts{Name: "inferq_dlq_total", Help: "Tasks moved to a dead letter queue."}),
+		Unprocessable: prometheus.NewCounter(prometheus.CounterOpts{Name: "inferq_unprocessable_total", Help: "Messages forwarded to an unprocessable queue."}),
+		QueueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "inferq_queue_depth", Help: "Messages waiting in each served queue, as the broker estimates.",
+		}, []string{"queue"}),
+		BrokerUp:      prometheus.NewGauge(prometheus.GaugeOpts{Name: "inferq_broker_up", Help: "1 while the broker answers, 0 while it is away."}),
+		ProgressDrops: prometheus.NewCounter(prometheus.CounterOpts{Name: "inferq_progress_dropped_total", Help: "Progress events dropped because the publisher was behind or the broker away."}),
+		AlertDrops:    prometheus.NewCounter(prometheus.CounterOpts{Name: "inferq_alerts_dropped_total", Help: "DLQ alerts (event or webhook) that could not be delivered."}),
+		SettleErrors:  prometheus.NewCounter(prometheus.CounterOpts{Name: "inferq_settle_errors_total", Help: "Ack, NAck or ReQueue failures the broker reported."}),
+	}
+	for _, c := range []prometheus.Collector{m.Tasks, m.Duration, m.BatchSize, m.Inflight, m.Retries, m.DLQ,
+		m.Unprocessable, m.QueueDepth, m.BrokerUp, m.ProgressDrops, m.AlertDrops, m.SettleErrors} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// BatchObserver feeds one model's batcher statistics into the metrics:
+// inferq_batch_size and the batch_wait stage of inferq_task_duration_seconds.
+func (m *Metrics) BatchObserver(model string) runtime.BatchObserver {
+	return batchObserver{wait: m.Duration.WithLabelValues(model, StageBatchWait), size: m.BatchSize.WithLabelValues(model)}
+}
+
+type batchObserver struct {
+	wait, size prometheus.Observer
+}
+
+func (o batchObserver) ObserveQueueWait(d time.Duration) { o.wait.Observe(d.Seconds()) }
+func (o batchObserver) ObserveBatch(s runtime.BatchStats) { o.size.Observe(float64(s.Rows)) }

@@ -1,0 +1,45 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/inferq/inferq/mq"
+	"github.com/inferq/inferq/results"
+)
+
+// ResultsBroker adapts an mq connection to results.Broker: events store
+// sends for reply_to, queue sends with expiration for the compat channel,
+// and the one-message auto-ack receive that removes an old record.
+func ResultsBroker(c *mq.Conn) results.Broker { return resultsBroker{c} }
+
+type resultsBroker struct{ c *mq.Conn }
+
+func (b resultsBroker) SendEventStore(ctx context.Context, channel string, body []byte, tags map[string]string) error {
+	return classify(b.c.SendEventStore(ctx, channel, body, tags))
+}
+
+func (b resultsBroker) SendQueue(ctx context.Context, channel string, body []byte, expiry time.Duration) error {
+	err := b.c.Sender().Send(ctx, mq.OutMessage{Channel: channel, Body: body, ExpirationSeconds: int((expiry + time.Second - 1) / time.Second)})
+	return classify(err)
+}
+
+func (b resultsBroker) ReceiveOne(ctx context.Context, channel string, wait time.Duration) (bool, error) {
+	found, err := b.c.ReceiveOne(ctx, channel, wait)
+	return found, classify(err)
+}
+
+// permanent marks an error that retrying cannot fix (results' contract:
+// Temporary() == false).
+type permanent struct{ error }
+
+func (p permanent) Temporary() bool { return false }
+func (p permanent) Unwrap() error   { return p.error }
+
+func classify(err error) error {
+	if err != nil && errors.Is(err, mq.ErrTooLarge) {
+		return permanent{err}
+	}
+	return err
+}

@@ -1,0 +1,973 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ErrQueueFull is returned by TryEnqueue when the batcher's queue has no
+// room: the caller should retry later or shed the request.
+var ErrQueueFull = errors.New("runtime: batcher queue full")
+
+// Runner runs a batch of items and returns one result per item, in order,
+// failing only the items that fail. *Session is a Runner. A Batcher calls
+// RunBatch from up to BatcherConfig.Concurrency goroutines at once, so it
+// must be safe for concurrent use when Concurrency > 1. The batcher passes
+// a context that is never cancelled: cancellation is per item, checked by
+// the batcher just before the run.
+type Runner interface {
+	RunBatch(ctx context.Context, items []Item) []ItemResult
+}
+
+// BatchPolicy says when a Batcher runs what it has gathered. Rows are
+// counted, not items: an item of n rows (dim 0 of its inputs) takes n of a
+// batch's MaxBatchSize.
+type BatchPolicy struct {
+	// MaxBatchSize is the most rows one run takes. A shape group that holds
+	// this many rows runs at once (when a run slot is free); an item with
+	// more rows runs alone.
+	MaxBatchSize int
+	// MaxQueueDelay is how long the oldest item of a shape group waits for
+	// the batch to fill, counted from its Enqueue. Zero runs whatever is
+	// there as soon as a run slot is free; batches still fill while every
+	// slot is busy. Go's timers wake an otherwise idle process on Linux
+	// with about 1 ms resolution (the netpoller waits in milliseconds), so
+	// a delay under 1 ms acts as about 1 ms when the process has nothing
+	// else to do; use PreferredBatchSizes to run a batch as soon as it is
+	// worth running.
+	MaxQueueDelay time.Duration
+	// PreferredBatchSizes, optional, are row counts worth running at once:
+	// when the items at the head of a shape group add up to one of them
+	// and nothing else is waiting in the intake, the largest such prefix
+	// runs without waiting for MaxQueueDelay. Each must be in
+	// [1, MaxBatchSize]; order does not matter.
+	PreferredBatchSizes []int
+}
+
+// Validate refuses a policy that can never fire or makes no sense.
+func (p BatchPolicy) Validate() error {
+	if p.MaxBatchSize < 1 {
+		return fmt.Errorf("runtime: batch policy: max_batch_size %d: must be at least 1, or no batch can ever run", p.MaxBatchSize)
+	}
+	if p.MaxQueueDelay < 0 {
+		return fmt.Errorf("runtime: batch policy: max_queue_delay %s is negative", p.MaxQueueDelay)
+	}
+	seen := make(map[int]bool, len(p.PreferredBatchSizes))
+	for _, s := range p.PreferredBatchSizes {
+		if s < 1 || s > p.MaxBatchSize {
+			return fmt.Errorf("runtime: batch policy: preferred batch size %d can never be reached: want 1..max_batch_size (%d)", s, p.MaxBatchSize)
+		}
+		if seen[s] {
+			return fmt.Errorf("runtime: batch policy: preferred batch size %d given twice", s)
+		}
+		seen[s] = true
+	}
+	return nil
+}
+
+// BatchObserver receives a Batcher's measurements, e.g. to feed Prometheus
+// histograms. Its methods are called from the batcher's run goroutines,
+// concurrently, and should return quickly: they delay the results.
+type BatchObserver interface {
+	// ObserveQueueWait is called for every item when its run starts, with
+	// the time since its Enqueue.
+	ObserveQueueWait(d time.Duration)
+	// ObserveBatch is called after every run.
+	ObserveBatch(s BatchStats)
+}
+
+// BatchStats describes one run.
+type BatchStats struct {
+	Runner int // index in BatcherConfig.Runners
+	Items  int
+	Rows   int
+	Run    time.Duration // RunBatch's wall time
+}
+
+// BatcherConfig configures a Batcher. The zero value of every optional
+// field picks the default.
+type BatcherConfig struct {
+	// Name names the batcher (the model) in errors and logs.
+	Name   string
+	Policy BatchPolicy
+	// Runners are the model's instances (one session per device), at
+	// least one.
+	Runners []Runner
+	// Concurrency is the number of runs in flight per runner; default 1.
+	Concurrency int
+	// QueueSize bounds the requests accepted and not yet started (the
+	// runs in flight hold up to len(Runners) x Concurrency x MaxBatchSize
+	// rows more); Enqueue blocks and TryEnqueue fails when it is reached.
+	// Default 4 x MaxBatchSize x len(Runners) x Concurrency; at least
+	// MaxBatchSize.
+	QueueSize int
+	// Observer, optional, receives batch sizes, queue waits and run times.
+	Observer BatchObserver
+	// Logger, optional, receives start, stop and runner faults.
+	Logger *slog.Logger
+}
+
+func (c *BatcherConfig) setDefaults() {
+	if c.Name == "" {
+		c.Name = "batcher"
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 1
+	}
+	if c.QueueSize == 0 && c.Policy.MaxBatchSize > 0 && c.Concurrency > 0 {
+		c.QueueSize = 4 * c.Policy.MaxBatchSize * max(1, len(c.Runners)) * c.Concurrency
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Validate reports the first field that cannot work.
+func (c BatcherConfig) Validate() error {
+	if err := c.Policy.Validate(); err != nil {
+		return fmt.Errorf("runtime: batcher %q: %w", c.Name, err)
+	}
+	if len(c.Runners) == 0 {
+		return fmt.Errorf("runtime: batcher %q: no runners", c.Name)
+	}
+	for i, r := range c.Runners {
+		if isNilRunner(r) {
+			return fmt.Errorf("runtime: batcher %q: runner %d is nil", c.Name, i)
+		}
+	}
+	if c.Concurrency < 1 {
+		return fmt.Errorf("runtime: batcher %q: concurrency %d: must be at least 1", c.Name, c.Concurrency)
+	}
+	if c.QueueSize < c.Policy.MaxBatchSize {
+		return fmt.Errorf("runtime: batcher %q: queue size %d is below max_batch_size %d: a full batch could never gather", c.Name, c.QueueSize, c.Policy.MaxBatchSize)
+	}
+	return nil
+}
+
+func isNilRunner(r Runner) bool {
+	if r == nil {
+		return true
+	}
+	s, ok := r.(*Session)
+	return ok && s == nil
+}
+
+// Request is one item handed to a Batcher by Enqueue or TryEnqueue. The
+// caller sets Item, Priority and Done.
+//
+// Once Enqueue returns nil the batcher owns the request until it calls
+// Done: the caller must not change the request or the item's tensors. The
+// batcher does not touch the request after calling Done, so Done may
+// recycle it.
+type Request struct {
+	Item Item
+	// Priority requests (synchronous queries) are run ahead of the others
+	// of their shape group, and their groups ahead of groups without one.
+	Priority bool
+	// Alone runs the item in a batch of its own: the consumer sets it on a
+	// task that was in flight when a process died, so that the tasks that
+	// would share its batch do not share its fate.
+	Alone bool
+	// Done receives the item's result, exactly once for every request
+	// Enqueue accepted: the outputs, or the error that failed this item
+	// alone (the request's context error if it ended before the run
+	// started; ErrClosed if the batcher was closed without ever running).
+	// It is called from a batcher goroutine, never while the batcher holds
+	// a lock, and it holds a run slot until it returns: it must be quick
+	// and must not block (hand the result to a buffered channel or a
+	// goroutine of your own), and must not call Enqueue or Submit, which
+	// may wait for the slot it holds. TryEnqueue is fine.
+	Done func(ItemResult)
+	// Enqueued is set by Enqueue to the time it accepted the request;
+	// MaxQueueDelay and the observer's queue wait count from it. Done may
+	// read it.
+	Enqueued time.Time
+
+	// ctx is the context given to Enqueue: a request whose context ends
+	// before its run starts is not run. Kept here rather than passed
+	// along so that a request costs the batcher no allocation.
+	ctx  context.Context
+	rows int
+}
+
+// Batcher gathers requests for one model into batches by its BatchPolicy
+// and runs them on its runners, at most len(Runners) x Concurrency runs at
+// a time. Only items with equal per-item dims (every input's name, datatype
+// and dims but dim 0) share a run; each such shape group gathers on its
+// own, so an odd shape neither flushes nor stalls the others. While every
+// run slot is busy the batcher keeps gathering, so batches fill under load,
+// but never beyond MaxBatchSize rows.
+//
+// One goroutine (Run's) owns the gathering state; requests reach it through
+// bounded channels and batches leave it to one goroutine per run slot.
+// Enqueue, TryEnqueue, Submit, Queued, InFlight and Close are safe for
+// concurrent use. Requests may be enqueued before Run starts; they wait for
+// it (and fail with ErrClosed if Close comes first). The usual life:
+// NewBatcher, Run in an errgroup, Enqueue/Submit from any goroutine, cancel
+// Run's context to stop.
+type Batcher struct {
+	name      string
+	policy    BatchPolicy // PreferredBatchSizes sorted, a copy
+	runners   []Runner
+	conc      int
+	obs       BatchObserver
+	logger    *slog.Logger
+	errClosed error
+
+	// tokens holds one token per request accepted and not yet started: it
+	// is the queue bound, and what Enqueue waits on. prio and normal carry
+	// the requests to Run's goroutine; each has room for QueueSize, so
+	// sending on them never blocks once a token is held.
+	tokens       chan struct{}
+	prio, normal chan *Request
+
+	closing   chan struct{} // closed by Close, or by Run when it stops
+	closeOnce sync.Once
+	done      chan struct{} // closed when Run has returned, or by Close when Run never ran
+
+	// mu is read-held by Enqueue from its closed check to its send, and
+	// write-held to set closed, so that once closed is set no request can
+	// slip into the channels after they were drained.
+	mu     sync.RWMutex
+	closed bool
+
+	stateMu sync.Mutex
+	state   batcherState
+
+	running atomic.Int64 // items in runs
+	waiters sync.Pool    // of *waiter, for Submit
+}
+
+type batcherState uint8
+
+const (
+	stateIdle batcherState = iota
+	stateRunning
+	stateStopped
+)
+
+// NewBatcher returns a batcher for cfg. Nothing runs until Run.
+func NewBatcher(cfg BatcherConfig) (*Batcher, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	p := cfg.Policy
+	p.PreferredBatchSizes = slices.Clone(p.PreferredBatchSizes)
+	slices.Sort(p.PreferredBatchSizes)
+	b := &Batcher{
+		name:      cfg.Name,
+		policy:    p,
+		runners:   slices.Clone(cfg.Runners),
+		conc:      cfg.Concurrency,
+		obs:       cfg.Observer,
+		logger:    cfg.Logger,
+		errClosed: fmt.Errorf("runtime: batcher %q: %w", cfg.Name, ErrClosed),
+		tokens:    make(chan struct{}, cfg.QueueSize),
+		prio:      make(chan *Request, cfg.QueueSize),
+		normal:    make(chan *Request, cfg.QueueSize),
+		closing:   make(chan struct{}),
+		done:      make(chan struct{}),
+	}
+	b.waiters.New = func() any { return newWaiter() }
+	return b, nil
+}
+
+// Name returns the batcher's name.
+func (b *Batcher) Name() string { return b.name }
+
+// LogValue describes the batcher in logs.
+func (b *Batcher) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("batcher", b.name), slog.Int("runners", len(b.runners)), slog.Int("concurrency", b.conc))
+}
+
+// Queued returns the number of requests accepted and not yet started (a
+// live value for a gauge).
+func (b *Batcher) Queued() int { return len(b.tokens) }
+
+// InFlight returns the number of items in runs now.
+func (b *Batcher) InFlight() int { return int(b.running.Load()) }
+
+// Enqueue hands r to the batcher, waiting for room in the queue while it is
+// full (backpressure). It returns nil once the request is accepted; then
+// r.Done will be called exactly once. Otherwise it returns ctx's error (ctx
+// ended first, or had already ended), an error wrapping ErrClosed (Close
+// was called or Run returned), or an error for a request without Done; r.Done
+// is then never called.
+//
+// ctx also governs the item: if it ends before the item's run starts, the
+// item is not run and Done gets ctx's error. A run already started is not
+// interrupted.
+func (b *Batcher) Enqueue(ctx context.Context, r *Request) error {
+	return b.enqueue(ctx, r, true)
+}
+
+// TryEnqueue is Enqueue without the wait: it returns ErrQueueFull at once
+// when the queue is full.
+func (b *Batcher) TryEnqueue(ctx context.Context, r *Request) error {
+	return b.enqueue(ctx, r, false)
+}
+
+func (b *Batcher) enqueue(ctx context.Context, r *Request, wait bool) error {
+	if r == nil || r.Done == nil {
+		return fmt.Errorf("runtime: batcher %q: request without Done", b.name)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.closed {
+		return b.errClosed
+	}
+	select {
+	case b.tokens <- struct{}{}:
+	default:
+		if !wait {
+			return ErrQueueFull
+		}
+		select {
+		case b.tokens <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-b.closing:
+			return b.errClosed
+		}
+	}
+	r.ctx = ctx
+	r.rows = itemRows(&r.Item)
+	if r.Alone {
+		// Counting a full batch of rows makes it run in a batch of its own.
+		r.rows = max(r.rows, b.policy.MaxBatchSize)
+	}
+	r.Enqueued = time.Now()
+	if r.Priority {
+		b.prio <- r
+	} else {
+		b.normal <- r
+	}
+	return nil
+}
+
+// Submit runs item through the batcher and waits for its result: the
+// synchronous path for queries and HTTP. priority puts it ahead of queued
+// requests. err is the enqueue error, ctx's error if ctx ends first (the
+// item is then not run if it had not started, and its result is dropped if
+// it had), or the item's own error (res.Err). item's tensors must not
+// change until Submit returns.
+func (b *Batcher) Submit(ctx context.Context, item Item, priority bool) (res ItemResult, err error) {
+	w := b.waiters.Get().(*waiter)
+	w.req = Request{Item: item, Priority: priority, Done: w.done}
+	if err := b.Enqueue(ctx, &w.req); err != nil {
+		w.req = Request{}
+		b.waiters.Put(w)
+		return ItemResult{Err: err}, err
+	}
+	select {
+	case res = <-w.ch:
+		w.req = Request{}
+		b.waiters.Put(w)
+		return res, res.Err
+	case <-ctx.Done():
+		// Done will still be called, into w.ch's free slot; w is left to
+		// the garbage collector rather than reused.
+		return ItemResult{Err: ctx.Err()}, ctx.Err()
+	}
+}
+
+// waiter is Submit's request and the channel its Done fills, kept together
+// and reused so that Submit allocates nothing of its own.
+type waiter struct {
+	req  Request
+	ch   chan ItemResult
+	done func(ItemResult)
+}
+
+func newWaiter() *waiter {
+	w := &waiter{ch: make(chan ItemResult, 1)}
+	w.done = func(r ItemResult) { w.ch <- r }
+	return w
+}
+
+// Close stops the batcher: Enqueue returns ErrClosed from now on. If Run is
+// running, Close waits until it has run what was pending and returned (the
+// same soft stop as cancelling Run's context); if Run never ran, the
+// requests accepted so far get ErrClosed, from Close's goroutine. Close is
+// idempotent. It must not be called from Done.
+func (b *Batcher) Close() error {
+	b.closeOnce.Do(func() { close(b.closing) })
+	b.stateMu.Lock()
+	st := b.state
+	if st == stateIdle {
+		b.state = stateStopped
+	}
+	b.stateMu.Unlock()
+	if st != stateIdle {
+		<-b.done
+		return nil
+	}
+	b.markClosed()
+	for {
+		var r *Request
+		select {
+		case r = <-b.prio:
+		case r = <-b.normal:
+		default:
+			close(b.done)
+			return nil
+		}
+		<-b.tokens
+		r.Done(ItemResult{Err: b.errClosed})
+	}
+}
+
+// markClosed makes Enqueue refuse new requests; when it returns, no
+// Enqueue is between its closed check and its send.
+func (b *Batcher) markClosed() {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+}
+
+// Run gathers and runs batches until ctx ends or Close is called, then
+// stops softly: it takes no new requests (Enqueue returns ErrClosed), runs
+// everything accepted so far by the policy's size limits without waiting
+// for MaxQueueDelay, waits for the runs in flight, and returns nil. For a
+// hard stop, cancel the requests' contexts as well: pending items then
+// finish at once with their context's error, and only runs already
+// started are waited for. Run starts len(Runners) x Concurrency goroutines
+// and leaves none behind. It may be called once; after Close it returns
+// ErrClosed.
+func (b *Batcher) Run(ctx context.Context) error {
+	b.stateMu.Lock()
+	switch b.state {
+	case stateRunning:
+		b.stateMu.Unlock()
+		return fmt.Errorf("runtime: batcher %q: Run called twice", b.name)
+	case stateStopped:
+		b.stateMu.Unlock()
+		return b.errClosed
+	}
+	b.state = stateRunning
+	b.stateMu.Unlock()
+	defer func() {
+		b.stateMu.Lock()
+		b.state = stateStopped
+		b.stateMu.Unlock()
+		close(b.done)
+	}()
+
+	g := newGatherer(b)
+	var wg sync.WaitGroup
+	for i := range b.runners {
+		for range b.conc {
+			wg.Go(func() { b.worker(i, g.work[i], g.freed) })
+		}
+	}
+	b.logger.Info("batcher started", "batcher", b.name, "runners", len(b.runners), "concurrency", b.conc,
+		"max_batch_size", b.policy.MaxBatchSize, "max_queue_delay", b.policy.MaxQueueDelay, "queue_size", cap(b.tokens))
+
+	g.gather(ctx)
+
+	// Wake the Enqueues waiting for room (room that would only come from
+	// this goroutine), then shut the door.
+	b.closeOnce.Do(func() { close(b.closing) })
+	b.markClosed()
+	g.drain()
+	flushed := g.pending
+	for g.pending > 0 {
+		g.dispatch(true)
+		if g.pending > 0 {
+			g.release(<-g.freed)
+		}
+	}
+	for _, w := range g.work {
+		close(w)
+	}
+	wg.Wait()
+	g.timer.Stop()
+	b.logger.Info("batcher stopped", "batcher", b.name, "flushed", flushed)
+	return nil
+}
+
+// worker runs the batches sent to runner i, one at a time.
+func (b *Batcher) worker(i int, work <-chan *batch, freed chan<- *batch) {
+	for bt := range work {
+		b.runBatch(i, bt)
+		freed <- bt
+	}
+}
+
+// runBatch runs bt on runner i and calls every request's Done.
+func (b *Batcher) runBatch(i int, bt *batch) {
+	for _, r := range bt.gone {
+		r.Done(ItemResult{Err: r.ctx.Err()})
+	}
+	// A request may have been cancelled since the batch was cut.
+	reqs := bt.reqs[:0]
+	rows := 0
+	for _, r := range bt.reqs {
+		if err := r.ctx.Err(); err != nil {
+			r.Done(ItemResult{Err: err})
+			continue
+		}
+		reqs = append(reqs, r)
+		bt.items = append(bt.items, r.Item)
+		rows += r.rows
+	}
+	if len(reqs) > 0 {
+		n := int64(len(reqs))
+		start := time.Now()
+		if b.obs != nil {
+			for _, r := range reqs {
+				b.obs.ObserveQueueWait(start.Sub(r.Enqueued))
+			}
+		}
+		b.running.Add(n)
+		res := b.runners[i].RunBatch(context.Background(), bt.items)
+		elapsed := time.Since(start)
+		b.running.Add(-n)
+		if b.obs != nil {
+			b.obs.ObserveBatch(BatchStats{Runner: i, Items: len(reqs), Rows: rows, Run: elapsed})
+		}
+		if len(res) != len(reqs) {
+			err := fmt.Errorf("runtime: batcher %q: runner %d returned %d results for %d items", b.name, i, len(res), len(reqs))
+			b.logger.Error("runner fault", "batcher", b.name, "runner", i, "error", err)
+			res = make([]ItemResult, len(reqs))
+			for k := range res {
+				res[k].Err = err
+			}
+		}
+		for k, r := range reqs {
+			r.Done(res[k])
+		}
+	}
+	clear(bt.reqs)
+	clear(bt.items)
+	clear(bt.gone)
+	bt.reqs, bt.items, bt.gone = bt.reqs[:0], bt.items[:0], bt.gone[:0]
+}
+
+// batch is one run's requests, cut from one shape group; gone are
+// requests of the group whose context had ended, to be answered by the
+// worker. Batches are recycled: there are at most as many as run slots.
+type batch struct {
+	reqs   []*Request
+	items  []Item
+	gone   []*Request
+	runner int
+}
+
+// gatherer is the state owned by Run's goroutine.
+type gatherer struct {
+	b         *Batcher
+	max       int
+	delay     time.Duration
+	preferred []int
+
+	groups  map[uint64]*shapeGroup // by shape hash; collisions chained
+	active  []*shapeGroup          // groups holding requests
+	spare   []*shapeGroup
+	pending int // requests held in groups
+
+	work     []chan *batch // per runner, room for Concurrency
+	freed    chan *batch   // batches back from workers, room for every slot
+	busy     []int         // runs in flight per runner
+	idle     int           // free run slots
+	next     int           // runner to try first, for spreading ties
+	batches  []*batch      // spare batches
+	timer    *time.Timer
+	timerSet bool
+	timerAt  time.Time
+}
+
+func newGatherer(b *Batcher) *gatherer {
+	slots := len(b.runners) * b.conc
+	g := &gatherer{
+		b:         b,
+		max:       b.policy.MaxBatchSize,
+		delay:     b.policy.MaxQueueDelay,
+		preferred: b.policy.PreferredBatchSizes,
+		groups:    make(map[uint64]*shapeGroup),
+		work:      make([]chan *batch, len(b.runners)),
+		freed:     make(chan *batch, slots),
+		busy:      make([]int, len(b.runners)),
+		idle:      slots,
+		timer:     time.NewTimer(time.Hour),
+	}
+	g.timer.Stop()
+	for i := range g.work {
+		g.work[i] = make(chan *batch, b.conc)
+	}
+	for range slots {
+		g.batches = append(g.batches, &batch{reqs: make([]*Request, 0, min(g.max, 64))})
+	}
+	return g
+}
+
+// gather is the main loop: take requests, run what is ready, until ctx
+// ends or Close.
+func (g *gatherer) gather(ctx context.Context) {
+	b := g.b
+	for {
+		g.dispatch(false)
+		g.arm()
+		select {
+		case r := <-b.prio:
+			g.add(r)
+		case r := <-b.normal:
+			g.add(r)
+		case bt := <-g.freed:
+			g.release(bt)
+		case <-g.timer.C:
+			g.timerSet = false
+		case <-ctx.Done():
+			return
+		case <-b.closing:
+			return
+		}
+		// Take whatever else is there before deciding: batches fill,
+		// priority requests are seen, and a preferred size is only taken
+		// when nothing else is immediately available.
+		g.drain()
+	}
+}
+
+// drain takes every request and finished batch immediately available,
+// priority requests first.
+func (g *gatherer) drain() {
+	b := g.b
+	for {
+		select {
+		case bt := <-g.freed:
+			g.release(bt)
+			continue
+		default:
+		}
+		select {
+		case r := <-b.prio:
+			g.add(r)
+			continue
+		default:
+		}
+		select {
+		case r := <-b.normal:
+			g.add(r)
+		default:
+			return
+		}
+	}
+}
+
+func (g *gatherer) release(bt *batch) {
+	g.busy[bt.runner]--
+	g.idle++
+	g.batches = append(g.batches, bt)
+}
+
+// add files r in its shape group.
+func (g *gatherer) add(r *Request) {
+	h := shapeHash(&r.Item)
+	first := g.groups[h]
+	sg := first
+	for sg != nil && !sameShape(&sg.head().Item, &r.Item) {
+		sg = sg.next
+	}
+	if sg == nil {
+		if n := len(g.spare); n > 0 {
+			sg = g.spare[n-1]
+			g.spare = g.spare[:n-1]
+		} else {
+			sg = new(shapeGroup)
+		}
+		sg.hash, sg.next = h, first
+		g.groups[h] = sg
+		sg.index = len(g.active)
+		g.active = append(g.active, sg)
+	}
+	if r.Priority {
+		sg.prio.push(r)
+	} else {
+		sg.normal.push(r)
+	}
+	sg.rows += r.rows
+	g.pending++
+}
+
+// remove drops an emptied group.
+func (g *gatherer) remove(sg *shapeGroup) {
+	last := g.active[len(g.active)-1]
+	g.active[sg.index] = last
+	last.index = sg.index
+	g.active = g.active[:len(g.active)-1]
+	if g.groups[sg.hash] == sg {
+		if sg.next != nil {
+			g.groups[sg.hash] = sg.next
+		} else {
+			delete(g.groups, sg.hash)
+		}
+	} else {
+		for p := g.groups[sg.hash]; p != nil; p = p.next {
+			if p.next == sg {
+				p.next = sg.next
+				break
+			}
+		}
+	}
+	*sg = shapeGroup{prio: sg.prio, normal: sg.normal}
+	if len(g.spare) < 64 {
+		g.spare = append(g.spare, sg)
+	}
+}
+
+// dispatch cuts and sends batches while a run slot is free and a group is
+// ready. stopping makes every group ready.
+func (g *gatherer) dispatch(stopping bool) {
+	var now time.Time
+	for g.idle > 0 && len(g.active) > 0 {
+		if now.IsZero() && !stopping {
+			now = time.Now()
+		}
+		var best *shapeGroup
+		var bestLimit int
+		var bestAt time.Time
+		for _, sg := range g.active {
+			limit := g.readyLimit(sg, now, stopping)
+			if limit == 0 {
+				continue
+			}
+			at := sg.oldest()
+			if best == nil || sg.prio.len() > 0 && best.prio.len() == 0 ||
+				(sg.prio.len() > 0) == (best.prio.len() > 0) && at.Before(bestAt) {
+				best, bestLimit, bestAt = sg, limit, at
+			}
+		}
+		if best == nil {
+			return
+		}
+		g.send(g.cut(best, bestLimit))
+		if best.prio.len()+best.normal.len() == 0 {
+			g.remove(best)
+		}
+	}
+}
+
+// readyLimit returns the rows to cut from sg now, or 0 if it should wait.
+func (g *gatherer) readyLimit(sg *shapeGroup, now time.Time, stopping bool) int {
+	if stopping || sg.rows >= g.max || !now.Before(sg.oldest().Add(g.delay)) {
+		return g.max
+	}
+	if len(g.preferred) == 0 {
+		return 0
+	}
+	// The largest preferred size that a prefix of the group adds up to.
+	best, sum, pi := 0, 0, 0
+	for _, q := range [2]*reqQueue{&sg.prio, &sg.normal} {
+		for _, r := range q.buf[q.head:] {
+			sum += r.rows
+			if sum > g.max {
+				return best
+			}
+			for pi < len(g.preferred) && g.preferred[pi] < sum {
+				pi++
+			}
+			if pi == len(g.preferred) {
+				return best
+			}
+			if g.preferred[pi] == sum {
+				best = sum
+			}
+		}
+	}
+	return best
+}
+
+// cut takes up to limit rows from sg's head, priority requests first; a
+// head item bigger than limit goes alone. Requests whose context has ended
+// go in the batch's gone list and count for nothing.
+func (g *gatherer) cut(sg *shapeGroup, limit int) *batch {
+	n := len(g.batches)
+	bt := g.batches[n-1]
+	g.batches = g.batches[:n-1]
+	rows := 0
+	for rows < limit {
+		q := &sg.prio
+		if q.len() == 0 {
+			q = &sg.normal
+		}
+		r := q.peek()
+		if r == nil {
+			break
+		}
+		if r.ctx.Err() == nil {
+			if len(bt.reqs) > 0 && rows+r.rows > limit {
+				break
+			}
+			bt.reqs = append(bt.reqs, r)
+			rows += r.rows
+		} else {
+			bt.gone = append(bt.gone, r)
+		}
+		q.pop()
+		sg.rows -= r.rows
+		g.pending--
+		<-g.b.tokens
+	}
+	return bt
+}
+
+// send hands bt to the runner with the fewest runs in flight.
+func (g *gatherer) send(bt *batch) {
+	n := len(g.busy)
+	best := -1
+	for k := range n {
+		i := (g.next + k) % n
+		if g.busy[i] < g.b.conc && (best < 0 || g.busy[i] < g.busy[best]) {
+			best = i
+		}
+	}
+	g.next = (best + 1) % n
+	g.busy[best]++
+	g.idle--
+	bt.runner = best
+	g.work[best] <- bt
+}
+
+// arm sets the timer for the earliest MaxQueueDelay to come, when a run
+// slot is free to take it.
+func (g *gatherer) arm() {
+	if g.idle == 0 || len(g.active) == 0 {
+		if g.timerSet {
+			g.timer.Stop()
+			g.timerSet = false
+		}
+		return
+	}
+	var at time.Time
+	for i, sg := range g.active {
+		if t := sg.oldest(); i == 0 || t.Before(at) {
+			at = t
+		}
+	}
+	at = at.Add(g.delay)
+	if g.timerSet && at.Equal(g.timerAt) {
+		return
+	}
+	g.timer.Reset(time.Until(at))
+	g.timerSet, g.timerAt = true, at
+}
+
+// shapeGroup holds the pending requests of one per-item shape.
+type shapeGroup struct {
+	hash   uint64
+	next   *shapeGroup
+	index  int // in gatherer.active
+	prio   reqQueue
+	normal reqQueue
+	rows   int
+}
+
+// head returns a request of the group, whose item stands for its shape;
+// groups are dropped when they empty, so there is one.
+func (sg *shapeGroup) head() *Request {
+	if r := sg.prio.peek(); r != nil {
+		return r
+	}
+	return sg.normal.peek()
+}
+
+// oldest returns the earliest Enqueued of the group's head requests.
+func (sg *shapeGroup) oldest() time.Time {
+	p, n := sg.prio.peek(), sg.normal.peek()
+	switch {
+	case p == nil:
+		return n.Enqueued
+	case n == nil || p.Enqueued.Before(n.Enqueued):
+		return p.Enqueued
+	}
+	return n.Enqueued
+}
+
+// reqQueue is a FIFO of requests that reuses its buffer.
+type reqQueue struct {
+	buf  []*Request
+	head int
+}
+
+func (q *reqQueue) len() int { return len(q.buf) - q.head }
+
+func (q *reqQueue) push(r *Request) {
+	if q.head > 0 && len(q.buf) == cap(q.buf) {
+		n := copy(q.buf, q.buf[q.head:])
+		clear(q.buf[n:])
+		q.buf, q.head = q.buf[:n], 0
+	}
+	q.buf = append(q.buf, r)
+}
+
+func (q *reqQueue) peek() *Request {
+	if q.head == len(q.buf) {
+		return nil
+	}
+	return q.buf[q.head]
+}
+
+func (q *reqQueue) pop() {
+	q.buf[q.head] = nil
+	q.head++
+	if q.head == len(q.buf) {
+		q.buf, q.head = q.buf[:0], 0
+	}
+}
+
+// itemRows is the item's row count against MaxBatchSize: dim 0 of its
+// first input, at least 1 (an item the model refuses still takes a place).
+func itemRows(it *Item) int {
+	if len(it.Inputs) == 0 || len(it.Inputs[0].Shape) == 0 || it.Inputs[0].Shape[0] < 1 {
+		return 1
+	}
+	return int(it.Inputs[0].Shape[0])
+}
+
+// shapeHash hashes what decides whether items can share a run: per input,
+// its name, datatype, rank and dims but dim 0 (FNV-1a).
+func shapeHash(it *Item) uint64 {
+	const prime = 1099511628211
+	h := uint64(14695981039346656037)
+	for i := range it.Inputs {
+		t := &it.Inputs[i]
+		for j := 0; j < len(t.Name); j++ {
+			h = (h ^ uint64(t.Name[j])) * prime
+		}
+		h = (h ^ uint64(t.DType)) * prime
+		h = (h ^ uint64(len(t.Shape))) * prime
+		for j := 1; j < len(t.Shape); j++ {
+			h = (h ^ uint64(t.Shape[j])) * prime
+		}
+	}
+	return h
+}
+
+func sameShape(a, b *Item) bool {
+	if len(a.Inputs) != len(b.Inputs) {
+		return false
+	}
+	for i := range a.Inputs {
+		s, t := &a.Inputs[i], &b.Inputs[i]
+		if s.Name != t.Name || s.DType != t.DType || len(s.Shape) != len(t.Shape) {
+			return false
+		}
+		for j := 1; j < len(s.Shape); j++ {
+			if s.Shape[j] != t.Shape[j] {
+				return false
+			}
+		}
+	}
+	return true
+}
