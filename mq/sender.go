@@ -14,7 +14,7 @@ import (
 // Tags set by the helpers that resend a polled message.
 const (
 	// TagAttempt carries the attempt number on a delayed retry (Retry).
-	TagAttempt = "attempt"
+	TagAttempt = "inferq-attempt" // the same tag as task.TagAttempt
 	// TagError, TagAttempts and TagOrigin describe why and from where
 	// DeadLetter forwarded a message.
 	TagError    = "error"

@@ -137,7 +137,7 @@ func TestInferErrors(t *testing.T) {
 	}
 }
 
-func TestParseShapeSpec(t *testing.T) {
+func TestInferShapeSpec(t *testing.T) {
 	for spec, want := range map[string]string{
 		"1,16":                 "x FP32 [1,16]",
 		"ids:INT64:1x8":        "ids INT64 [1,8]",
