@@ -640,6 +640,20 @@ func rowQueuesInfoWaiting(t *testing.T, e *queueEnv) {
 	if n := waitingQ(t, ctx, c, ch); n != 3 {
 		t.Errorf("%s waiting = %d, want 3", ch, n)
 	}
+	// Waiting counts the messages delivered and not yet settled too (real
+	// KubeMQ v2.4.0: pending + LastSequence - the highest sequence sent out
+	// and acked); an ack lowers it.
+	r := pollQ(t, ctx, c, ch, 2, 2000)
+	if len(r.Messages) != 2 {
+		t.Fatalf("polled %d, want 2", len(r.Messages))
+	}
+	if n := waitingQ(t, ctx, c, ch); n != 3 {
+		t.Errorf("%s waiting with 2 held = %d, want 3 (held messages count)", ch, n)
+	}
+	if err := r.AckAll(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 3*time.Second, "waiting to drop to 1 after the ack", func() bool { return waitingQ(t, ctx, c, ch) == 1 })
 }
 
 func rowQueueExpiredNotDelivered(t *testing.T, e *queueEnv) {

@@ -752,8 +752,10 @@ func (st *queueStore) info(filter string) *pb.QueuesInfo {
 			LastSequence: int64(q.seq),
 			Sent:         q.sent,
 			Delivered:    q.delivered,
-			Waiting:      int64(q.ready.len()),
-			Subscribers:  int64(q.waiters),
+			// Like KubeMQ, Waiting counts what is delivered and not yet
+			// settled as well as what is ready.
+			Waiting:     int64(q.ready.len() + q.inflight),
+			Subscribers: int64(q.waiters),
 		}
 		if q.ready.len() > 0 {
 			qi.FirstSequence = int64(q.ready.at(0).Attributes.Sequence)

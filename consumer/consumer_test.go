@@ -326,7 +326,7 @@ func TestBrokerLossMidLoad(t *testing.T) {
 	waitFor(t, 5*time.Second, "readiness", h.cons.Ready)
 	h.srv.Stop()
 	waitFor(t, 10*time.Second, "readiness to drop", func() bool { return !h.cons.Ready() })
-	time.Sleep(2 * time.Second) // the broker stays away a while
+	time.Sleep(10 * time.Second) // the broker stays away 10 s, as in the issue
 	h.srv.Restart()
 	waitFor(t, 15*time.Second, "readiness to return", h.cons.Ready)
 	for i := n / 2; i < n; i++ {
@@ -383,3 +383,38 @@ func TestMetricsLint(t *testing.T) {
 	}
 }
 
+
+// The Python adapter's producer: task JSON with args, no reply_to, a
+// PENDING record written first on rayserve-result-<task_id>; the result is
+// read by peeking that channel.
+func TestAdapterCompatResultChannel(t *testing.T) {
+	h := newHarness(t)
+	const id = "4f0c1d7e-0000-4000-8000-000000000001"
+	ch := "rayserve-result-" + id
+	pending, _ := (&task.Record{TaskID: id, Status: task.StatusPending, CreatedAt: time.Now()}).Encode()
+	body := []byte(`{"task_id":"` + id + `","task_name":"m","args":[[1.5,2,3,4]],"kwargs":{},"created_at":"` + task.FormatTime(time.Now()) + `"}`)
+	h.sendMsg(mq.OutMessage{Channel: ch, Body: pending, ExpirationSeconds: 3600}, mq.OutMessage{Channel: testQueue, Body: body})
+	var rec *task.Record
+	waitFor(t, 10*time.Second, "a terminal record on "+ch, func() bool {
+		msgs, err := h.prod.Peek(context.Background(), ch, 1, 50*time.Millisecond)
+		if err != nil || len(msgs) == 0 {
+			return false
+		}
+		r, err := task.ParseRecord(msgs[0].Body)
+		if err != nil || !r.Status.Terminal() {
+			return false
+		}
+		rec = r
+		return true
+	})
+	if rec.Status != task.StatusSuccess {
+		t.Fatalf("record %+v", rec)
+	}
+	if got := outputs(t, rec); got[0] != 3 || got[3] != 8 {
+		t.Errorf("outputs %v", got)
+	}
+	if n := len(h.srv.Queue(ch)); n != 1 {
+		t.Errorf("%s holds %d records, want only the terminal one", ch, n)
+	}
+	h.settled(testQueue)
+}

@@ -253,10 +253,19 @@ func (h *harness) taskMsg(id, model string, a, key float32, opts ...task.Option)
 	return mq.OutMessage{Channel: testQueue, Body: body, Tags: tags}
 }
 
+// sendMsg sends like a producer does: retrying while the broker is away.
 func (h *harness) sendMsg(m ...mq.OutMessage) {
 	h.t.Helper()
-	if err := h.prod.Sender().Send(context.Background(), m...); err != nil {
-		h.t.Fatalf("send: %v", err)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		err := h.prod.Sender().Send(context.Background(), m...)
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, mq.ErrUnavailable) || time.Now().After(deadline) {
+			h.t.Fatalf("send: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 

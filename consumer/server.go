@@ -176,6 +176,7 @@ type job struct {
 	final    task.Status
 	finalErr error
 	outcome  string
+	dlq      bool // a final failure that goes to the dead letter queue
 }
 
 // New checks cfg and builds the per-queue routing.
@@ -410,11 +411,18 @@ func (s *Server) take(ctx context.Context, d *delivery) {
 		s.finish(ctx, j, task.StatusFailure, fmt.Errorf("model %q: %w", model.Config.Name, err), OutcomeBadInput)
 		return
 	}
+	crashes := s.journal.Crashes(m.ID)
+	if limit := maxAttempts(model, m); crashes > 0 && j.attempt > limit {
+		// Every attempt left ended with the process: this one must not run.
+		j.attempt = limit
+		j.dlq = true
+		s.finish(ctx, j, task.StatusFailure, fmt.Errorf("worker lost during inference: the process ended during %d attempt(s) of this task; attempts exhausted (%d)", crashes, limit), OutcomeFailure)
+		return
+	}
 	s.pub.progress(d.q.name, t.ID, PctReceived, "received")
 	if err := s.journal.Start(m.ID); err != nil {
 		s.log.Error("attempt journal write failed; a crash during this task would not be counted", "err", err)
 	}
-	crashes := s.journal.Crashes(m.ID)
 	j.enqueued = s.cfg.Now()
 	req := &runtime.Request{
 		Item: runtime.Item{Inputs: inputs, Outputs: t.OutputNames()},
@@ -553,7 +561,7 @@ func (s *Server) settle(ctx context.Context, j *job) {
 	}
 	switch {
 	case j.final != "":
-		s.fail(ctx, j, j.final, j.finalErr, j.outcome, j.outcome == OutcomeBadInput)
+		s.fail(ctx, j, j.final, j.finalErr, j.outcome, j.dlq || j.outcome == OutcomeBadInput)
 	case j.result.Err == nil:
 		rec := s.record(j, task.StatusSuccess, nil)
 		if err := s.put(ctx, j, rec); err != nil {

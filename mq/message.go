@@ -1,8 +1,12 @@
 package mq
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -15,11 +19,20 @@ import (
 // NAck and ReQueue are safe for concurrent use; exactly one of them takes
 // effect, the others return ErrAlreadySettled without reaching the broker.
 //
-// Settling returns as soon as the request is queued on the poll's stream:
-// the broker does not confirm it. A failure found later arrives through
-// the Poller's OnSettleError (trap 6). A settlement that fails because the
-// stream was lost returns ErrUnavailable: the broker has put the message
-// back and will deliver it again with its ReceiveCount unchanged.
+// The messages of one poll are settled on the broker together: the
+// settlements are held until the last message of the poll's batch is
+// settled, and then go out at once (see txn). Until then a settled message
+// is still held by the broker: if the process dies it is delivered again,
+// and a NAck's redelivery waits for the rest of its batch. Settle a batch's
+// messages close together.
+//
+// Settling returns as soon as the requests are queued on the poll's
+// stream: the broker does not confirm them. A failure found later arrives
+// through the Poller's OnSettleError (trap 6). The settlement that
+// completes a batch returns the error of sending the batch's requests; one
+// that fails because the stream was lost returns ErrUnavailable: the broker
+// has put the messages back and will deliver them again with their
+// ReceiveCount unchanged.
 type Message struct {
 	ID       string
 	Channel  string
@@ -43,8 +56,7 @@ type Message struct {
 	// DelayedTo and ExpirationAt are the policy's times, zero when unset.
 	DelayedTo, ExpirationAt time.Time
 
-	raw     *qs.QueueMessage
-	owner   *pollClient
+	tx      *txn // nil when not polled
 	settled atomic.Bool
 }
 
@@ -71,30 +83,142 @@ func (m *Message) ReQueue(channel string) error { return m.settle(opReQueue, cha
 func (m *Message) Settled() bool { return m.settled.Load() }
 
 func (m *Message) settle(op int, channel string) error {
-	if m.raw == nil || m.owner == nil {
+	if m.tx == nil {
 		return ErrNotSettleable
+	}
+	if op == opReQueue && channel == "" {
+		return fmt.Errorf("mq: requeue %s %s: empty channel", m.Channel, m.ID)
 	}
 	if !m.settled.CompareAndSwap(false, true) {
 		return ErrAlreadySettled
 	}
-	defer m.owner.release()
-	var err error
-	name := "ack"
+	return m.tx.settle(op, channel, int64(m.Sequence))
+}
+
+// txn is one poll's batch: one transaction of the broker's downstream
+// stream. On the real broker a transaction is a NATS Streaming queue
+// subscription with MaxInflight = the poll's MaxItems that stays open until
+// every message of the batch is settled. Settling one message gives that
+// subscription room, and the broker pushes the next message of the queue
+// into it, where it stays (invisible to every poll) until the rest of the
+// batch is settled: measured, a poll of 6 with 9 waiting after 1 of a
+// batch of 4 was acked got 5 after the whole 1 s WaitTimeout (trap 2).
+// So the batch's settlements are held and sent together, one request per
+// kind, when its last message is settled; the final request closes the
+// subscription.
+type txn struct {
+	pc   *pollClient
+	resp *qs.PollResponse // set with size, before the messages are handed out
+
+	mu       sync.Mutex
+	size     int // messages in the batch; 0 until the poll returned them
+	open     int // messages not yet settled
+	acks     []int64
+	nacks    []int64
+	requeues map[string][]int64
+	sentAt   time.Time // when the last settlement went out; zero before
+}
+
+// settle records one message's settlement; the last one of the batch sends
+// them all and returns the error of doing so.
+func (t *txn) settle(op int, channel string, seq int64) error {
+	t.mu.Lock()
 	switch op {
 	case opAck:
-		err = m.raw.Ack()
+		t.acks = append(t.acks, seq)
 	case opNAck:
-		name = "nack"
-		err = m.raw.NAck()
+		t.nacks = append(t.nacks, seq)
 	case opReQueue:
-		name = "requeue"
-		err = m.raw.ReQueue(channel)
+		if t.requeues == nil {
+			t.requeues = map[string][]int64{}
+		}
+		t.requeues[channel] = append(t.requeues[channel], seq)
 	}
-	if err != nil {
-		m.owner.poller.settleFailed(err)
-		return classify(name+" "+m.Channel+" "+m.ID, err)
+	t.open--
+	last := t.open == 0
+	t.mu.Unlock()
+	var err error
+	if last {
+		err = t.flush()
 	}
-	return nil
+	t.pc.release(t, last)
+	return err
+}
+
+// drop counts a message given back without a settlement (the stream close
+// returns it uncounted).
+func (t *txn) drop() {
+	t.mu.Lock()
+	t.open--
+	last := t.open == 0
+	t.mu.Unlock()
+	if last {
+		_ = t.flush()
+	}
+	t.pc.release(t, last)
+}
+
+// flush sends the settlements recorded so far: requeues and nacks first,
+// acks last. It is called by the last settlement and, before a hard stop
+// closes the stream, for batches that are not complete (so that what was
+// acked is not delivered again). Failures go to OnSettleError too.
+func (t *txn) flush() error {
+	t.mu.Lock()
+	acks, nacks, requeues := t.acks, t.nacks, t.requeues
+	t.acks, t.nacks, t.requeues = nil, nil, nil
+	t.mu.Unlock()
+	var errs []error
+	fail := func(what string, n int, err error) {
+		if err != nil {
+			t.pc.poller.settleFailed(err)
+			errs = append(errs, classify(fmt.Sprintf("%s %d messages of %s", what, n, t.pc.poller.cfg.Channel), err))
+		}
+	}
+	for ch, seqs := range requeues {
+		fail("requeue to "+ch, len(seqs), t.resp.ReQueueOffsets(ch, seqs...))
+	}
+	if len(nacks) > 0 {
+		fail("nack", len(nacks), t.resp.NAckOffsets(nacks...))
+	}
+	if len(acks) > 0 {
+		fail("ack", len(acks), t.resp.AckOffsets(acks...))
+	}
+	t.mu.Lock()
+	t.sentAt = time.Now()
+	t.mu.Unlock()
+	return errors.Join(errs...)
+}
+
+// staleAfter: an error the SDK reports for a batch whose settlements all
+// went out longer ago than this is not about them (see onError).
+const staleAfter = time.Second
+
+// onError is the poll's OnErrorFunc. The real broker never tells the SDK
+// that a transaction is complete (its TransactionComplete response is
+// commented out in v2.4.0), so the SDK keeps every transaction and, when
+// the stream client closes or its stream breaks, "fails" all of them:
+// with context.Canceled at close, with the stream's error on a loss. For a
+// batch whose settlements all went out before, that is not a failure:
+// the broker applied them (counted in PollerStats.StaleNotices). The rest
+// goes to OnSettleError: the broker's answer to a bad settlement, or a
+// loss that gave unsettled (or just settled) messages back.
+func (t *txn) onError(err error) {
+	p := t.pc.poller
+	t.mu.Lock()
+	size, open, sentAt := t.size, t.open, t.sentAt
+	t.mu.Unlock()
+	switch {
+	case size == 0:
+		// The poll itself failed (no batch yet): Poll returns that error.
+	case t.pc.closing.Load() && errors.Is(err, context.Canceled):
+		// Our own close: settled batches are applied; unsettled
+		// messages (a hard stop) go back uncounted, on purpose.
+		p.staleNotices.Add(1)
+	case open == 0 && !sentAt.IsZero() && time.Since(sentAt) > staleAfter && errors.Is(classify("", err), ErrUnavailable):
+		p.staleNotices.Add(1)
+	default:
+		p.settleFailed(err)
+	}
 }
 
 // LogValue logs the message's identity, not its body.

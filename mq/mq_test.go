@@ -155,9 +155,16 @@ func TestPollerDeliversEachMessageOnceAcrossRecycling(t *testing.T) {
 				seen     = map[string]int{}
 				overAsk  atomic.Int64
 				maxAsked atomic.Int64
+				errMu    sync.Mutex
+				errs     = map[string]int{}
 			)
 			p := runPoller(t, c, PollerConfig{
 				Channel: ch, MaxItems: 16, RecycleAfter: 5,
+				OnSettleError: func(err error) {
+					errMu.Lock()
+					errs[err.Error()]++
+					errMu.Unlock()
+				},
 				Deliver: func(ctx context.Context, batch []*Message) error {
 					for _, m := range batch {
 						mu.Lock()
@@ -176,6 +183,7 @@ func TestPollerDeliversEachMessageOnceAcrossRecycling(t *testing.T) {
 			p.onPoll = func(asked, got, waiting int) {
 				if got < asked {
 					overAsk.Add(1) // the poll waited: it asked for more than was there
+					t.Logf("poll asked %d, got %d, %d thought waiting", asked, got, waiting)
 				}
 				if int64(asked) > maxAsked.Load() {
 					maxAsked.Store(int64(asked))
@@ -227,12 +235,25 @@ func TestPollerDeliversEachMessageOnceAcrossRecycling(t *testing.T) {
 				t.Errorf("asked for %d > MaxItems", maxAsked.Load())
 			}
 			if st.SettleErrors != 0 {
+				errMu.Lock()
+				for e, n := range errs {
+					t.Logf("settle error x%d: %s", n, e)
+				}
+				errMu.Unlock()
 				t.Errorf("%d settle errors", st.SettleErrors)
 			}
 			if tg.srv != nil {
 				waitFor(t, 5*time.Second, "empty queue", func() bool {
 					qs := tg.srv.QueueState(ch)
 					return len(qs.Waiting) == 0 && qs.InFlight == 0
+				})
+			} else {
+				// The real broker's Waiting counts unsettled messages too:
+				// 0 means every ack was applied, including those of the
+				// batches the SDK reported as cancelled at close.
+				waitFor(t, 5*time.Second, "empty queue", func() bool {
+					q, _, err := c.queueInfo(context.Background(), ch)
+					return err == nil && q.Waiting == 0
 				})
 			}
 		})
@@ -380,7 +401,8 @@ func TestSettleErrors(t *testing.T) {
 	var settleErrs atomic.Int64
 	msgs := make(chan *Message, 10)
 	p := runPoller(t, c, PollerConfig{
-		Channel:       ch,
+		// One message per batch: each settlement goes out at once.
+		Channel: ch, MaxItems: 1,
 		OnSettleError: func(err error) { settleErrs.Add(1) },
 		Deliver: func(ctx context.Context, batch []*Message) error {
 			for _, m := range batch {
@@ -423,6 +445,62 @@ func TestSettleErrors(t *testing.T) {
 	if err := (&Message{}).Ack(); !errors.Is(err, ErrNotSettleable) {
 		t.Error("unpolled message settled")
 	}
+}
+
+// TestSettlementsOfABatchGoOutTogether: the broker gets a batch's
+// settlements when its last message is settled (see txn).
+func TestSettlementsOfABatchGoOutTogether(t *testing.T) {
+	tg := targets(t, fastBroker())[0]
+	c := dial(t, tg)
+	ch := chanName(t)
+	batches := make(chan []*Message, 4)
+	runPoller(t, c, PollerConfig{
+		Channel: ch, MaxItems: 3,
+		Deliver: func(ctx context.Context, batch []*Message) error {
+			batches <- batch
+			return nil
+		},
+	})
+	if err := c.Sender().Send(context.Background(),
+		OutMessage{Channel: ch, Body: []byte("a")}, OutMessage{Channel: ch, Body: []byte("b")}, OutMessage{Channel: ch, Body: []byte("c")}); err != nil {
+		t.Fatal(err)
+	}
+	var b []*Message
+	select {
+	case b = <-batches:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no batch")
+	}
+	if len(b) != 3 {
+		t.Fatalf("batch of %d, want 3", len(b))
+	}
+	if err := b[0].Ack(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b[1].NAck(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // nothing may reach the broker meanwhile
+	if n := tg.srv.InFlight(ch); n != 3 {
+		t.Fatalf("in flight %d after 2 of 3 settled, want 3", n)
+	}
+	if err := b[2].Ack(); err != nil {
+		t.Fatal(err)
+	}
+	var again []*Message
+	select {
+	case again = <-batches:
+	case <-time.After(5 * time.Second):
+		t.Fatal("nacked message not redelivered")
+	}
+	if len(again) != 1 || again[0].ID != b[1].ID || again[0].ReceiveCount != 2 {
+		t.Fatalf("redelivered %d messages, first %+v", len(again), again[0])
+	}
+	_ = again[0].Ack()
+	waitFor(t, 5*time.Second, "queue empty", func() bool {
+		st := tg.srv.QueueState(ch)
+		return len(st.Waiting) == 0 && st.InFlight == 0
+	})
 }
 
 func TestSenderCoalescesConcurrentCalls(t *testing.T) {

@@ -84,11 +84,16 @@ func (c *Conn) ReceiveOne(ctx context.Context, channel string, wait time.Duratio
 
 // QueueInfo is one queue channel's counters as the broker reports them.
 type QueueInfo struct {
-	Name      string
-	Waiting   int64 // ready for delivery (an estimate on the real broker)
+	Name string
+	// Waiting is ready for delivery on the embedded broker; the real
+	// broker counts the messages delivered and not yet settled as well.
+	Waiting   int64
 	Messages  int64
 	Sent      int64
 	Delivered int64
+	// FirstSequence and LastSequence bound the sequences stored (on the
+	// real broker, settled messages stay stored until its limits drop them).
+	FirstSequence, LastSequence int64
 }
 
 // QueuesInfo returns the queue channels matching filter (the broker's
@@ -108,7 +113,10 @@ func (c *Conn) QueuesInfo(ctx context.Context, filter string) (map[string]QueueI
 		return out, nil
 	}
 	for _, q := range resp.Info.Queues {
-		out[q.Name] = QueueInfo{Name: q.Name, Waiting: q.Waiting, Messages: q.Messages, Sent: q.Sent, Delivered: q.Delivered}
+		out[q.Name] = QueueInfo{
+			Name: q.Name, Waiting: q.Waiting, Messages: q.Messages, Sent: q.Sent, Delivered: q.Delivered,
+			FirstSequence: q.FirstSequence, LastSequence: q.LastSequence,
+		}
 	}
 	return out, nil
 }
@@ -117,19 +125,18 @@ func (c *Conn) QueuesInfo(ctx context.Context, filter string) (map[string]QueueI
 // broker trims the characters of "_QUEUES." from both ends.
 func InfoName(channel string) string { return strings.Trim(channel, "_QUEUES.") }
 
-// waitingIn returns the number of messages waiting in channel.
-func (c *Conn) waitingIn(ctx context.Context, channel string) (int64, error) {
+// queueInfo returns channel's QueueInfo; ok is false when the broker does
+// not report the channel (it never held a message).
+func (c *Conn) queueInfo(ctx context.Context, channel string) (QueueInfo, bool, error) {
 	infos, err := c.QueuesInfo(ctx, channel)
 	if err != nil {
-		return 0, err
+		return QueueInfo{}, false, err
 	}
 	if q, ok := infos[channel]; ok {
-		return max(q.Waiting, 0), nil
+		return q, true, nil
 	}
-	if q, ok := infos[InfoName(channel)]; ok {
-		return max(q.Waiting, 0), nil
-	}
-	return 0, nil
+	q, ok := infos[InfoName(channel)]
+	return q, ok, nil
 }
 
 // Ping checks that the broker answers. Safe for concurrent use.

@@ -156,7 +156,7 @@ func serve(ctx context.Context, a *app, log *slog.Logger, c *models.Config, f se
 		return err
 	}
 
-	loaded, err := loadModels(ctx, env, log, c.Models, placements, met, !f.noWarmup)
+	loaded, err := loadModels(ctx, env, log, c.Models, placements, met, !f.noWarmup, faultHook(a.getenv))
 	if err != nil {
 		return err
 	}
@@ -304,7 +304,7 @@ func place(log *slog.Logger, ms []models.Model) ([]runtime.Placement, error) {
 
 // loadModels creates every model's sessions on its devices, warms them and
 // builds its batcher.
-func loadModels(ctx context.Context, env *runtime.Env, log *slog.Logger, ms []models.Model, ps []runtime.Placement, met *consumer.Metrics, warm bool) ([]*loadedModel, error) {
+func loadModels(ctx context.Context, env *runtime.Env, log *slog.Logger, ms []models.Model, ps []runtime.Placement, met *consumer.Metrics, warm bool, wrap func(runtime.Runner) runtime.Runner) ([]*loadedModel, error) {
 	concurrent := 0
 	for i, m := range ms {
 		concurrent += len(ps[i].Devices) * m.Concurrency
@@ -332,7 +332,7 @@ func loadModels(ctx context.Context, env *runtime.Env, log *slog.Logger, ms []mo
 		l.info = l.sessions[0].Info()
 		runners := make([]runtime.Runner, len(l.sessions))
 		for j, s := range l.sessions {
-			runners[j] = s
+			runners[j] = wrap(s)
 		}
 		name := m.Name
 		b, err := runtime.NewBatcher(runtime.BatcherConfig{

@@ -1,0 +1,43 @@
+//go:build faultinject
+
+package main
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"syscall"
+
+	"github.com/inferq/inferq/runtime"
+)
+
+// faultHook, in a binary built with -tags faultinject only, makes the
+// process die (SIGKILL, no cleanup, like an OOM kill or a segfault in a
+// kernel) when a batch holds an item whose first FP32 input starts with the
+// value of INFERQ_FAULT_CRASH_ON. Tests use it to prove that a crash counts
+// as an attempt.
+func faultHook(getenv func(string) string) func(runtime.Runner) runtime.Runner {
+	v, err := strconv.ParseFloat(getenv("INFERQ_FAULT_CRASH_ON"), 32)
+	if err != nil {
+		return func(r runtime.Runner) runtime.Runner { return r }
+	}
+	return func(r runtime.Runner) runtime.Runner { return crashRunner{r, float32(v)} }
+}
+
+type crashRunner struct {
+	runtime.Runner
+	marker float32
+}
+
+func (c crashRunner) RunBatch(ctx context.Context, items []runtime.Item) []runtime.ItemResult {
+	for _, it := range items {
+		if len(it.Inputs) == 0 || it.Inputs[0].DType != runtime.FP32 {
+			continue
+		}
+		if v, err := runtime.Values[float32](it.Inputs[0]); err == nil && len(v) > 0 && v[0] == c.marker {
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {}
+		}
+	}
+	return c.Runner.RunBatch(ctx, items)
+}
