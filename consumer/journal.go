@@ -14,8 +14,8 @@ import (
 // kills the worker would loop forever unless inferq counts those attempts
 // itself.
 //
-// Before a message's inference starts, Start records its id; when the
-// message is settled, Done forgets it. Ids still started when a process
+// Right before a message's inference run starts, Start records its id;
+// when the run ends, Done forgets it. Ids still started when a process
 // ends are crashes: the next process reads them at open and Crashes reports
 // how many times each died. With a directory the journal is a file that
 // survives the process (written with write(2) before the run starts, so a
@@ -142,9 +142,9 @@ func (j *Journal) Start(ids ...string) error {
 	return j.appendLocked('S', ids)
 }
 
-// Done forgets the messages: they are settled. Their write is not waited
-// for by anyone: a lost Done only overcounts a message that is already
-// gone from the queue.
+// Done forgets the messages: their run ended, so a crash from now on is
+// not theirs. A lost Done (the process died right after) overcounts one
+// attempt at most.
 func (j *Journal) Done(ids ...string) {
 	j.mu.Lock()
 	defer j.mu.Unlock()

@@ -420,15 +420,19 @@ func (s *Server) take(ctx context.Context, d *delivery) {
 		return
 	}
 	s.pub.progress(d.q.name, t.ID, PctReceived, "received")
-	if err := s.journal.Start(m.ID); err != nil {
-		s.log.Error("attempt journal write failed; a crash during this task would not be counted", "err", err)
-	}
 	j.enqueued = s.cfg.Now()
 	req := &runtime.Request{
 		Item: runtime.Item{Inputs: inputs, Outputs: t.OutputNames()},
 		// A task that was in flight when a process died runs alone, so
 		// the tasks that shared its batch do not share its fate.
 		Alone: crashes > 0,
+		// The attempt is recorded when the run starts: a crash then
+		// counts against the tasks that were running, not those queued.
+		Started: func() {
+			if err := s.journal.Start(m.ID); err != nil {
+				s.log.Error("attempt journal write failed; a crash during this task would not be counted", "err", err)
+			}
+		},
 	}
 	// The batcher does not run an item whose ctx ended before its run.
 	rctx, cancel := ctx, context.CancelFunc(func() {})
@@ -437,6 +441,8 @@ func (s *Server) take(ctx context.Context, d *delivery) {
 	}
 	req.Done = func(r runtime.ItemResult) {
 		cancel()
+		// The run is over: a crash from now on is not this task's doing.
+		s.journal.Done(m.ID)
 		j.result = r
 		s.toWriter(j)
 	}
@@ -553,7 +559,6 @@ func (s *Server) settle(ctx context.Context, j *job) {
 	defer func() {
 		s.inflight.Add(-1)
 		s.met.Inflight.WithLabelValues(name).Dec()
-		s.journal.Done(j.msg.ID)
 	}()
 	started := s.cfg.Now()
 	if !j.enqueued.IsZero() {

@@ -174,6 +174,10 @@ type Request struct {
 	// task that was in flight when a process died, so that the tasks that
 	// would share its batch do not share its fate.
 	Alone bool
+	// Started, when set, is called from the run's goroutine right before
+	// the item's run begins (the consumer records the attempt then, so
+	// that a crash is counted only against the tasks that were running).
+	Started func()
 	// Done receives the item's result, exactly once for every request
 	// Enqueue accepted: the outputs, or the error that failed this item
 	// alone (the request's context error if it ended before the run
@@ -527,6 +531,11 @@ func (b *Batcher) runBatch(i int, bt *batch) {
 		if b.obs != nil {
 			for _, r := range reqs {
 				b.obs.ObserveQueueWait(start.Sub(r.Enqueued))
+			}
+		}
+		for _, r := range reqs {
+			if r.Started != nil {
+				r.Started()
 			}
 		}
 		b.running.Add(n)
