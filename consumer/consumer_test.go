@@ -20,8 +20,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
-func TestSuccessRecordAndAck(t *testing.T) {
-	h := newHarness(t)
+func TestSuccessRecordAndAck(t *testing.T) { forBrokers(t, testSuccessRecordAndAck) }
+
+func testSuccessRecordAndAck(t *testing.T, on brokerOpt) {
+	h := newHarness(t, on, on)
 	h.send("t1", 3, 1)
 	r := h.record("t1")
 	if r.Status != task.StatusSuccess || r.Attempts != 1 || r.Error != "" {
@@ -30,7 +32,7 @@ func TestSuccessRecordAndAck(t *testing.T) {
 	if got := outputs(t, r); got[0] != 6 || got[1] != 2 {
 		t.Errorf("outputs %v, want [6 2 0 0]", got)
 	}
-	h.settled(testQueue)
+	h.settled(h.q)
 	if n := testutil.ToFloat64(h.met.Tasks.WithLabelValues(testModel, consumer.OutcomeSuccess)); n != 1 {
 		t.Errorf("success count %v", n)
 	}
@@ -59,19 +61,21 @@ func TestAckOnlyAfterStore(t *testing.T) {
 	h.send("t1", 1, 1)
 	<-g.entered
 	// The record is being stored: the message must still be held.
-	if st := h.srv.QueueState(testQueue); st.InFlight != 1 {
+	if st := h.srv.QueueState(h.q); st.InFlight != 1 {
 		t.Fatalf("while the store is blocked the message should be in flight, got %+v", st)
 	}
 	close(g.release)
 	h.record("t1")
-	h.settled(testQueue)
+	h.settled(h.q)
 }
 
 // (b) retries: delayed resend with the attempt in a tag; immediate NAck
 // when backoff_initial is 0; a producer's MaxReceiveCount caps attempts.
-func TestRetries(t *testing.T) {
+func TestRetries(t *testing.T) { forBrokers(t, testRetries) }
+
+func testRetries(t *testing.T, on brokerOpt) {
 	t.Run("delayed resend", func(t *testing.T) {
-		h := newHarness(t)
+		h := newHarness(t, on, on)
 		h.send("t1", 502, 7) // fails twice, then succeeds
 		r := h.record("t1")
 		if r.Status != task.StatusSuccess || r.Attempts != 3 {
@@ -83,35 +87,37 @@ func TestRetries(t *testing.T) {
 		if n := testutil.ToFloat64(h.met.Retries); n != 2 {
 			t.Errorf("retries metric %v, want 2", n)
 		}
-		h.settled(testQueue)
+		h.settled(h.q)
 	})
 	t.Run("immediate nack", func(t *testing.T) {
-		h := newHarness(t, func(c *harnessConfig) { c.model.Retries.BackoffInitial = 0 })
+		h := newHarness(t, on, func(c *harnessConfig) { c.model.Retries.BackoffInitial = 0 })
 		h.send("t1", 501, 7)
 		r := h.record("t1")
 		if r.Status != task.StatusSuccess || r.Attempts != 2 {
 			t.Fatalf("record %+v, want SUCCESS after 2 attempts", r)
 		}
-		h.settled(testQueue)
+		h.settled(h.q)
 	})
 	t.Run("producer MaxReceiveCount caps attempts", func(t *testing.T) {
-		h := newHarness(t, func(c *harnessConfig) { c.model.Retries.MaxRetries = 5 })
+		h := newHarness(t, on, func(c *harnessConfig) { c.model.Retries.MaxRetries = 5 })
 		m := h.taskMsg("t1", testModel, 1000, 7)
-		m.MaxReceiveCount, m.MaxReceiveQueue = 2, "producer-failed"
+		m.MaxReceiveCount, m.MaxReceiveQueue = 2, h.q+".producer-failed"
 		h.sendMsg(m)
 		r := h.record("t1")
 		if r.Status != task.StatusFailure || r.Attempts != 2 {
 			t.Fatalf("record %+v, want FAILURE after 2 attempts", r)
 		}
-		waitFor(t, 5*time.Second, "the producer's failed-task queue", func() bool { return len(h.srv.Queue("producer-failed")) == 1 })
+		waitFor(t, 5*time.Second, "the producer's failed-task queue", func() bool { return len(h.queueMsgs(h.q+".producer-failed")) == 1 })
 		if n := h.fake.runsOf(7); n != 2 {
 			t.Errorf("ran %d times, want 2", n)
 		}
 	})
 }
 
-func TestBackoffGrowsAndIsCapped(t *testing.T) {
-	h := newHarness(t, func(c *harnessConfig) {
+func TestBackoffGrowsAndIsCapped(t *testing.T) { forBrokers(t, testBackoffGrowsAndIsCapped) }
+
+func testBackoffGrowsAndIsCapped(t *testing.T, on brokerOpt) {
+	h := newHarness(t, on, func(c *harnessConfig) {
 		c.model.Retries.MaxRetries = 4
 	})
 	start := time.Now()
@@ -130,49 +136,53 @@ func TestBackoffGrowsAndIsCapped(t *testing.T) {
 }
 
 // (c) permanent failures are not retried.
-func TestPermanentFailures(t *testing.T) {
+func TestPermanentFailures(t *testing.T) { forBrokers(t, testPermanentFailures) }
+
+func testPermanentFailures(t *testing.T, on brokerOpt) {
 	t.Run("undecodable body goes raw to the unprocessable queue", func(t *testing.T) {
-		h := newHarness(t)
-		h.sendMsg(mq.OutMessage{Channel: testQueue, Body: []byte("not json {")})
-		waitFor(t, 5*time.Second, "the unprocessable queue", func() bool { return len(h.srv.Queue("q.unprocessable")) == 1 })
-		got := h.srv.Queue("q.unprocessable")[0]
-		if string(got.Body) != "not json {" || got.Tags[mq.TagError] == "" || got.Tags[mq.TagOrigin] != testQueue {
+		h := newHarness(t, on, on)
+		h.sendMsg(mq.OutMessage{Channel: h.q, Body: []byte("not json {")})
+		waitFor(t, 5*time.Second, "the unprocessable queue", func() bool { return len(h.queueMsgs(h.q+".unprocessable")) == 1 })
+		got := h.queueMsgs(h.q + ".unprocessable")[0]
+		if string(got.Body) != "not json {" || got.Tags[mq.TagError] == "" || got.Tags[mq.TagOrigin] != h.q {
 			t.Errorf("forwarded message %q tags %v", got.Body, got.Tags)
 		}
-		h.settled(testQueue)
+		h.settled(h.q)
 		if n := testutil.ToFloat64(h.met.Unprocessable); n != 1 {
 			t.Errorf("unprocessable metric %v", n)
 		}
 	})
 	t.Run("unknown model: unprocessable queue and a FAILURE record", func(t *testing.T) {
-		h := newHarness(t)
+		h := newHarness(t, on, on)
 		h.sendMsg(h.taskMsg("t1", "nope", 1, 1))
 		r := h.record("t1")
 		if r.Status != task.StatusFailure || !strings.Contains(r.Error, `unknown model "nope"`) {
 			t.Fatalf("record %+v", r)
 		}
-		waitFor(t, 5*time.Second, "the unprocessable queue", func() bool { return len(h.srv.Queue("q.unprocessable")) == 1 })
-		h.settled(testQueue)
+		waitFor(t, 5*time.Second, "the unprocessable queue", func() bool { return len(h.queueMsgs(h.q+".unprocessable")) == 1 })
+		h.settled(h.q)
 	})
 	t.Run("input that does not fit: FAILURE and DLQ, no retries", func(t *testing.T) {
-		h := newHarness(t)
+		h := newHarness(t, on, on)
 		body := []byte(`{"task_id":"t1","task_name":"m","args":[[1,2,3]],"kwargs":{"reply_to":"` + h.reply + `"}}`)
-		h.sendMsg(mq.OutMessage{Channel: testQueue, Body: body})
+		h.sendMsg(mq.OutMessage{Channel: h.q, Body: body})
 		r := h.record("t1")
 		if r.Status != task.StatusFailure || r.Attempts != 1 || !strings.Contains(r.Error, `input "x"`) {
 			t.Fatalf("record %+v", r)
 		}
-		waitFor(t, 5*time.Second, "the DLQ", func() bool { return len(h.srv.Queue("q.dlq")) == 1 })
+		waitFor(t, 5*time.Second, "the DLQ", func() bool { return len(h.queueMsgs(h.q+".dlq")) == 1 })
 		if h.fake.total.Load() != 0 {
 			t.Errorf("a bad input ran %d times", h.fake.total.Load())
 		}
-		h.settled(testQueue)
+		h.settled(h.q)
 	})
 }
 
 // (d) after the last attempt: FAILURE, DLQ with tags, one alert (event and
 // webhook); max_retries 0 never loops.
-func TestDeadLetter(t *testing.T) {
+func TestDeadLetter(t *testing.T) { forBrokers(t, testDeadLetter) }
+
+func testDeadLetter(t *testing.T, on brokerOpt) {
 	var hooks atomic.Int64
 	var hookBody atomic.Value
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -184,12 +194,12 @@ func TestDeadLetter(t *testing.T) {
 	for _, retries := range []int{0, 2} {
 		t.Run(fmt.Sprintf("max_retries %d", retries), func(t *testing.T) {
 			hooks.Store(0)
-			h := newHarness(t, func(c *harnessConfig) {
+			h := newHarness(t, on, func(c *harnessConfig) {
 				c.model.Retries.MaxRetries = retries
 				c.model.Retries.BackoffInitial = 0
 				c.webhook = hook.URL
 			})
-			alerts, err := h.prod.SubscribeEvents(context.Background(), "q.dlq", "")
+			alerts, err := h.prod.SubscribeEvents(context.Background(), h.q+".dlq", "")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -198,9 +208,9 @@ func TestDeadLetter(t *testing.T) {
 			if r.Status != task.StatusFailure || r.Attempts != retries+1 || !strings.Contains(r.Error, "boom") {
 				t.Fatalf("record %+v", r)
 			}
-			waitFor(t, 5*time.Second, "the DLQ", func() bool { return len(h.srv.Queue("q.dlq")) == 1 })
-			d := h.srv.Queue("q.dlq")[0]
-			if d.Tags[mq.TagAttempts] != fmt.Sprint(retries+1) || d.Tags[mq.TagOrigin] != testQueue || !strings.Contains(d.Tags[mq.TagError], "boom") {
+			waitFor(t, 5*time.Second, "the DLQ", func() bool { return len(h.queueMsgs(h.q+".dlq")) == 1 })
+			d := h.queueMsgs(h.q + ".dlq")[0]
+			if d.Tags[mq.TagAttempts] != fmt.Sprint(retries+1) || d.Tags[mq.TagOrigin] != h.q || !strings.Contains(d.Tags[mq.TagError], "boom") {
 				t.Errorf("DLQ tags %v", d.Tags)
 			}
 			select {
@@ -213,7 +223,7 @@ func TestDeadLetter(t *testing.T) {
 				t.Fatal("no alert event on q.dlq")
 			}
 			waitFor(t, 5*time.Second, "the webhook", func() bool { return hooks.Load() == 1 })
-			h.settled(testQueue)
+			h.settled(h.q)
 			if n := h.fake.runsOf(5); n != retries+1 {
 				t.Errorf("ran %d times, want %d", n, retries+1)
 			}
@@ -242,8 +252,10 @@ func (f fakeCancelStore) Get(id string) ([]byte, bool) {
 }
 
 // (g) a task past its deadline, or cancelled, is not run.
-func TestDeadlineAndCancel(t *testing.T) {
-	h := newHarness(t, func(c *harnessConfig) {
+func TestDeadlineAndCancel(t *testing.T) { forBrokers(t, testDeadlineAndCancel) }
+
+func testDeadlineAndCancel(t *testing.T, on brokerOpt) {
+	h := newHarness(t, on, func(c *harnessConfig) {
 		c.storeWrap = func(s consumer.Store) consumer.Store { return fakeCancelStore{s, "t-cancel"} }
 	})
 	h.send("t-late", 1, 1, task.WithCreatedAt(time.Now().Add(-time.Minute)), task.WithTimeout(time.Second))
@@ -262,7 +274,7 @@ func TestDeadlineAndCancel(t *testing.T) {
 	if h.fake.runsOf(1)+h.fake.runsOf(2) != 0 {
 		t.Errorf("expired or cancelled tasks ran")
 	}
-	h.settled(testQueue)
+	h.settled(h.q)
 }
 
 // flakyBroker fails every result write while down is set.
@@ -283,16 +295,20 @@ func (f *flakyBroker) SendEventStore(ctx context.Context, ch string, body []byte
 // (j) a failing result store: records spooled, replayed later, never
 // recomputed, and messages acked once spooled.
 func TestResultStoreFailureSpoolsAndReplays(t *testing.T) {
+	forBrokers(t, testResultStoreFailureSpoolsAndReplays)
+}
+
+func testResultStoreFailureSpoolsAndReplays(t *testing.T, on brokerOpt) {
 	fb := &flakyBroker{}
 	fb.down.Store(true)
-	h := newHarness(t, func(c *harnessConfig) {
+	h := newHarness(t, on, func(c *harnessConfig) {
 		c.brokerWrap = func(b results.Broker) results.Broker { fb.Broker = b; return fb }
 	})
 	const n = 20
 	for i := range n {
 		h.send(fmt.Sprintf("t%d", i), 1, float32(i))
 	}
-	h.settled(testQueue)
+	h.settled(h.q)
 	waitFor(t, 10*time.Second, "the spool to hold every record", func() bool { return h.store.Stats().Pending == n })
 	if fb.fails.Load() == 0 {
 		t.Fatal("the broker was never asked")
@@ -337,7 +353,7 @@ func TestBrokerLossMidLoad(t *testing.T) {
 			t.Errorf("record %+v", r)
 		}
 	}
-	h.settled(testQueue)
+	h.settled(h.q)
 }
 
 // (i) a stop mid-load: running work finishes within the grace, the rest is
@@ -367,7 +383,7 @@ func TestShutdownMidLoadLosesNothing(t *testing.T) {
 			t.Errorf("record %+v", r)
 		}
 	}
-	h.settled(testQueue)
+	h.settled(h.q)
 }
 
 func TestMetricsLint(t *testing.T) {
@@ -383,17 +399,18 @@ func TestMetricsLint(t *testing.T) {
 	}
 }
 
-
 // The Python adapter's producer: task JSON with args, no reply_to, a
 // PENDING record written first on rayserve-result-<task_id>; the result is
 // read by peeking that channel.
-func TestAdapterCompatResultChannel(t *testing.T) {
-	h := newHarness(t)
+func TestAdapterCompatResultChannel(t *testing.T) { forBrokers(t, testAdapterCompatResultChannel) }
+
+func testAdapterCompatResultChannel(t *testing.T, on brokerOpt) {
+	h := newHarness(t, on, on)
 	const id = "4f0c1d7e-0000-4000-8000-000000000001"
 	ch := "rayserve-result-" + id
 	pending, _ := (&task.Record{TaskID: id, Status: task.StatusPending, CreatedAt: time.Now()}).Encode()
 	body := []byte(`{"task_id":"` + id + `","task_name":"m","args":[[1.5,2,3,4]],"kwargs":{},"created_at":"` + task.FormatTime(time.Now()) + `"}`)
-	h.sendMsg(mq.OutMessage{Channel: ch, Body: pending, ExpirationSeconds: 3600}, mq.OutMessage{Channel: testQueue, Body: body})
+	h.sendMsg(mq.OutMessage{Channel: ch, Body: pending, ExpirationSeconds: 3600}, mq.OutMessage{Channel: h.q, Body: body})
 	var rec *task.Record
 	waitFor(t, 10*time.Second, "a terminal record on "+ch, func() bool {
 		msgs, err := h.prod.Peek(context.Background(), ch, 1, 50*time.Millisecond)
@@ -413,8 +430,8 @@ func TestAdapterCompatResultChannel(t *testing.T) {
 	if got := outputs(t, rec); got[0] != 3 || got[3] != 8 {
 		t.Errorf("outputs %v", got)
 	}
-	if n := len(h.srv.Queue(ch)); n != 1 {
+	if n := len(h.queueMsgs(ch)); n != 1 {
 		t.Errorf("%s holds %d records, want only the terminal one", ch, n)
 	}
-	h.settled(testQueue)
+	h.settled(h.q)
 }

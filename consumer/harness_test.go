@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
+	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,6 +21,7 @@ import (
 	"github.com/inferq/inferq/results"
 	"github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/task"
+	pb "github.com/kubemq-io/protobuf/go"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -102,6 +106,9 @@ type harness struct {
 	cancel  context.CancelFunc
 	done    chan error
 	reply   string
+	q       string   // the task queue
+	addr    string   // the broker's address
+	real    bool     // a real KubeMQ (KUBEMQ_ADDRESS), not the embedded broker
 	records sync.Map // task_id -> *task.Record (the first terminal one)
 	dupes   atomic.Int64
 	cfg     harnessConfig
@@ -114,6 +121,8 @@ type harnessConfig struct {
 	webhook    string
 	dataDir    string
 	grace      time.Duration
+	realAddr   string                 // run against this real KubeMQ instead of the embedded broker
+	configure  func(*consumer.Config) // adjusts the consumer's config last
 }
 
 const (
@@ -133,20 +142,42 @@ func defaultModel() models.Model {
 	return m
 }
 
+// brokerOpt adjusts a harness's config.
+type brokerOpt = func(*harnessConfig)
+
+// forBrokers runs f against the embedded broker and, when KUBEMQ_ADDRESS
+// is set, against that real KubeMQ as well.
+func forBrokers(t *testing.T, f func(t *testing.T, on brokerOpt)) {
+	t.Run("embedded", func(t *testing.T) { f(t, func(*harnessConfig) {}) })
+	if addr := os.Getenv("KUBEMQ_ADDRESS"); addr != "" {
+		t.Run("real", func(t *testing.T) { f(t, func(c *harnessConfig) { c.realAddr = addr }) })
+	}
+}
+
 // newHarness starts everything; the broker's second lasts 50 ms so that
 // delayed resends and 1 s waits run fast.
-func newHarness(t *testing.T, opts ...func(*harnessConfig)) *harness {
+func newHarness(t *testing.T, opts ...brokerOpt) *harness {
 	t.Helper()
 	cfg := harnessConfig{model: defaultModel(), grace: 5 * time.Second}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	h := &harness{t: t, cfg: cfg, fake: newFakeBatcher(), reply: "replies." + t.Name()}
-	h.srv = brokertest.NewServer(t, broker.Options{SecondLength: 50 * time.Millisecond, PollWaitFloor: 50 * time.Millisecond})
+	h := &harness{t: t, cfg: cfg, fake: newFakeBatcher(), q: testQueue}
+	if cfg.realAddr != "" {
+		// A real broker keeps channels for a day: names unique to the run.
+		h.real, h.addr = true, cfg.realAddr
+		h.q = fmt.Sprintf("inferq-test-%d.q", time.Now().UnixNano())
+	} else {
+		h.srv = brokertest.NewServer(t, broker.Options{SecondLength: 50 * time.Millisecond, PollWaitFloor: 50 * time.Millisecond})
+		h.addr = h.srv.Addr
+	}
+	h.reply = h.q + ".replies"
+	h.cfg.model.Queue = h.q
+	h.cfg.model.DLQQueue, h.cfg.model.UnprocessableQueue = h.q+".dlq", h.q+".unprocessable"
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	var err error
-	h.prod, err = mq.Dial(ctx, mq.Config{Address: h.srv.Addr, ClientID: "producer-" + t.Name()})
+	h.prod, err = mq.Dial(ctx, mq.Config{Address: h.addr, ClientID: "producer-" + strings.ReplaceAll(t.Name(), "/", "-")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +206,7 @@ func newHarness(t *testing.T, opts ...func(*harnessConfig)) *harness {
 func (h *harness) start() {
 	t := h.t
 	ctx, cancel := context.WithCancel(context.Background())
-	conn, err := mq.Dial(ctx, mq.Config{Address: h.srv.Addr, ClientID: "inferq-" + t.Name()})
+	conn, err := mq.Dial(ctx, mq.Config{Address: h.addr, ClientID: "inferq-" + strings.ReplaceAll(t.Name(), "/", "-")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +214,11 @@ func (h *harness) start() {
 	if h.cfg.brokerWrap != nil {
 		rb = h.cfg.brokerWrap(rb)
 	}
-	h.store, err = results.New(results.Config{Broker: rb, RetryBackoff: 20 * time.Millisecond,
+	var log *slog.Logger
+	if os.Getenv("INFERQ_TEST_LOG") != "" {
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	h.store, err = results.New(results.Config{Broker: rb, Logger: log, RetryBackoff: 20 * time.Millisecond,
 		ReplayBackoff: 20 * time.Millisecond, ReplayBackoffMax: 100 * time.Millisecond, DataDir: h.cfg.dataDir})
 	if err != nil {
 		t.Fatal(err)
@@ -197,11 +232,15 @@ func (h *harness) start() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.cons, err = consumer.New(consumer.Config{
-		Broker: conn, Store: store, Metrics: h.met, AlertWebhook: h.cfg.webhook,
+	ccfg := consumer.Config{
+		Broker: conn, Store: store, Metrics: h.met, AlertWebhook: h.cfg.webhook, Logger: log,
 		Models:       []consumer.Model{{Config: h.cfg.model, Info: fakeInfo, Batcher: h.fake}},
 		DrainTimeout: h.cfg.grace, Writers: 16, IntakeWorkers: 2,
-	})
+	}
+	if h.cfg.configure != nil {
+		h.cfg.configure(&ccfg)
+	}
+	h.cons, err = consumer.New(ccfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +289,7 @@ func (h *harness) taskMsg(id, model string, a, key float32, opts ...task.Option)
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	return mq.OutMessage{Channel: testQueue, Body: body, Tags: tags}
+	return mq.OutMessage{Channel: h.q, Body: body, Tags: tags}
 }
 
 // sendMsg sends like a producer does: retrying while the broker is away.
@@ -273,7 +312,7 @@ func (h *harness) sendMsg(m ...mq.OutMessage) {
 func (h *harness) record(id string) *task.Record {
 	h.t.Helper()
 	var r *task.Record
-	waitFor(h.t, 10*time.Second, "the record of "+id, func() bool {
+	waitFor(h.t, 30*time.Second, "the record of "+id, func() bool {
 		v, ok := h.records.Load(id)
 		if ok {
 			r = v.(*task.Record)
@@ -286,10 +325,32 @@ func (h *harness) record(id string) *task.Record {
 // settled waits until queue holds nothing waiting or in flight.
 func (h *harness) settled(queue string) {
 	h.t.Helper()
-	waitFor(h.t, 10*time.Second, "queue "+queue+" to be empty", func() bool {
+	waitFor(h.t, 15*time.Second, "queue "+queue+" to be empty", func() bool {
+		if h.real {
+			info, err := h.prod.QueuesInfo(context.Background(), queue)
+			return err == nil && info[mq.InfoName(queue)].Waiting == 0
+		}
 		st := h.srv.QueueState(queue)
 		return len(st.Waiting) == 0 && len(st.Delayed) == 0 && st.InFlight == 0
 	})
+}
+
+// queueMsgs returns the messages waiting in a queue: the embedded broker's
+// snapshot, or a peek of a real broker.
+func (h *harness) queueMsgs(queue string) []*pb.QueueMessage {
+	h.t.Helper()
+	if !h.real {
+		return h.srv.Queue(queue)
+	}
+	msgs, err := h.prod.Peek(context.Background(), queue, 100, time.Second)
+	if err != nil {
+		return nil
+	}
+	out := make([]*pb.QueueMessage, len(msgs))
+	for i, m := range msgs {
+		out[i] = &pb.QueueMessage{MessageID: m.ID, Channel: m.Channel, Body: m.Body, Tags: m.Tags}
+	}
+	return out
 }
 
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {

@@ -21,8 +21,9 @@ type HTTPConfig struct {
 	Devices map[string][]string
 }
 
-// Handler serves /healthz, /readyz, /metrics, /v1/models and
-// /v1/tasks/{id} on its own mux.
+// Handler serves /healthz, /readyz, /metrics, /v1/models,
+// /v1/tasks/{id} and the Open Inference Protocol's /v2 routes (see oip.go)
+// on its own mux.
 func Handler(c HTTPConfig) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -86,6 +87,7 @@ func Handler(c HTTPConfig) http.Handler {
 		}
 		w.Write(body)
 	})
+	mountOIP(mux, c)
 	return mux
 }
 

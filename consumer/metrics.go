@@ -43,6 +43,12 @@ type Metrics struct {
 	ProgressDrops prometheus.Counter       // inferq_progress_dropped_total
 	AlertDrops    prometheus.Counter       // inferq_alerts_dropped_total
 	SettleErrors  prometheus.Counter       // inferq_settle_errors_total
+	// Sync inference: KubeMQ queries and Open Inference Protocol HTTP
+	// requests, by model and outcome (OutcomeSuccess, OutcomeFailure,
+	// OutcomeBadInput, OutcomeUnknownModel, OutcomeExpired).
+	Queries      *prometheus.CounterVec   // inferq_queries_total{model,outcome}
+	HTTPInfer    *prometheus.CounterVec   // inferq_http_infer_total{model,outcome}
+	SyncDuration *prometheus.HistogramVec // inferq_sync_duration_seconds{model,via}
 }
 
 // NewMetrics creates the collectors and registers them on reg.
@@ -72,9 +78,20 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		ProgressDrops: prometheus.NewCounter(prometheus.CounterOpts{Name: "inferq_progress_dropped_total", Help: "Progress events dropped because the publisher was behind or the broker away."}),
 		AlertDrops:    prometheus.NewCounter(prometheus.CounterOpts{Name: "inferq_alerts_dropped_total", Help: "DLQ alerts (event or webhook) that could not be delivered."}),
 		SettleErrors:  prometheus.NewCounter(prometheus.CounterOpts{Name: "inferq_settle_errors_total", Help: "Ack, NAck or ReQueue failures the broker reported."}),
+		Queries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "inferq_queries_total", Help: "Sync inference queries (KubeMQ) answered, by model and outcome.",
+		}, []string{"model", "outcome"}),
+		HTTPInfer: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "inferq_http_infer_total", Help: "Open Inference Protocol HTTP infer requests, by model and outcome.",
+		}, []string{"model", "outcome"}),
+		SyncDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "inferq_sync_duration_seconds", Help: "Time from receipt to answer of sync inference requests, via query or http.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2.5, 14),
+		}, []string{"model", "via"}),
 	}
 	for _, c := range []prometheus.Collector{m.Tasks, m.Duration, m.BatchSize, m.Inflight, m.Retries, m.DLQ,
-		m.Unprocessable, m.QueueDepth, m.BrokerUp, m.ProgressDrops, m.AlertDrops, m.SettleErrors} {
+		m.Unprocessable, m.QueueDepth, m.BrokerUp, m.ProgressDrops, m.AlertDrops, m.SettleErrors,
+		m.Queries, m.HTTPInfer, m.SyncDuration} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -92,5 +109,5 @@ type batchObserver struct {
 	wait, size prometheus.Observer
 }
 
-func (o batchObserver) ObserveQueueWait(d time.Duration) { o.wait.Observe(d.Seconds()) }
+func (o batchObserver) ObserveQueueWait(d time.Duration)  { o.wait.Observe(d.Seconds()) }
 func (o batchObserver) ObserveBatch(s runtime.BatchStats) { o.size.Observe(float64(s.Rows)) }

@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"github.com/inferq/inferq/results"
 	"github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/task"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Batcher takes one item into a model's dynamic batcher; Done is called
@@ -78,6 +80,14 @@ type Config struct {
 	// DrainTimeout bounds the wait for in-flight work after Run's ctx ends
 	// (the --shutdown-grace; default 30 s).
 	DrainTimeout time.Duration
+	// QueryGroup is the group every queue's query subscription joins, so
+	// that the servers of a queue share its queries, each answered once
+	// (default DefaultQueryGroup). NoQueries turns the query responder off.
+	QueryGroup string
+	NoQueries  bool
+	// TracerProvider, when set, traces tasks and sync requests (see
+	// SpanReceive); nil or a no-op provider: no tracing, no cost.
+	TracerProvider trace.TracerProvider
 	// Now is the clock (tests).
 	Now func() time.Time
 }
@@ -106,6 +116,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Worker == "" {
 		c.Worker = "inferq"
+	}
+	if c.QueryGroup == "" {
+		c.QueryGroup = DefaultQueryGroup
 	}
 }
 
@@ -145,6 +158,7 @@ type Server struct {
 	journal *Journal
 	pub     *publisher
 	alert   *alerter
+	trace   tracing
 	queues  []*queue
 
 	intake chan *delivery
@@ -176,7 +190,8 @@ type job struct {
 	final    task.Status
 	finalErr error
 	outcome  string
-	dlq      bool // a final failure that goes to the dead letter queue
+	dlq      bool  // a final failure that goes to the dead letter queue
+	span     *span // nil when tracing is off
 }
 
 // New checks cfg and builds the per-queue routing.
@@ -194,6 +209,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.pub = newPublisher(cfg.Broker, cfg.ProgressBuffer, s.met.ProgressDrops.Inc, s.log)
 	s.alert = newAlerter(s.pub, cfg.AlertWebhook, cfg.AlertWebhookTimeout, s.met.AlertDrops.Inc, s.log)
+	s.trace = newTracing(cfg.TracerProvider)
 	byQueue := map[string]*queue{}
 	maxInFlight := 256
 	for i := range cfg.Models {
@@ -295,12 +311,14 @@ func (s *Server) Run(ctx context.Context) error {
 			}
 		}()
 	}
+	waitQueries := s.startQueries(ctx)
 	s.log.Info("consuming", "queues", len(s.queues), "models", len(s.cfg.Models))
 	<-ctx.Done()
 	s.log.Info("stopping: no new tasks; finishing what was taken", "inflight", s.inflight.Load(), "grace", s.cfg.DrainTimeout)
 	// Pollers return once everything they delivered is settled, or after
 	// DrainTimeout with the rest given back to the queue.
 	pollers.Wait()
+	waitQueries()
 	stopWork()
 	intakeWG.Wait()
 	writeWG.Wait()
@@ -377,6 +395,9 @@ func (s *Server) take(ctx context.Context, d *delivery) {
 		return
 	}
 	s.met.Inflight.WithLabelValues(model.Config.Name).Inc()
+	j.span = s.trace.start(SpanReceive, trace.SpanKindConsumer, t.TraceParent, d.received,
+		AttrTaskID.String(t.ID), AttrModel.String(model.Config.Name), AttrAttempt.Int(j.attempt),
+		attrSystem, attrDestination.String(d.q.name), attrMessageID.String(m.ID))
 	if !t.CreatedAt.IsZero() {
 		s.met.Duration.WithLabelValues(model.Config.Name, StageQueue).Observe(d.received.Sub(t.CreatedAt).Seconds())
 	}
@@ -421,7 +442,9 @@ func (s *Server) take(ctx context.Context, d *delivery) {
 	}
 	s.pub.progress(d.q.name, t.ID, PctReceived, "received")
 	j.enqueued = s.cfg.Now()
-	req := &runtime.Request{
+	j.span.next(SpanBatch)
+	var req *runtime.Request
+	req = &runtime.Request{
 		Item: runtime.Item{Inputs: inputs, Outputs: t.OutputNames()},
 		// A task that was in flight when a process died runs alone, so
 		// the tasks that shared its batch do not share its fate.
@@ -432,6 +455,8 @@ func (s *Server) take(ctx context.Context, d *delivery) {
 			if err := s.journal.Start(m.ID); err != nil {
 				s.log.Error("attempt journal write failed; a crash during this task would not be counted", "err", err)
 			}
+			s.pub.progress(d.q.name, t.ID, PctRunning, runningDetail(req.BatchItems))
+			j.span.next(SpanInfer, AttrBatchSize.Int(req.BatchItems))
 		},
 	}
 	// The batcher does not run an item whose ctx ended before its run.
@@ -443,6 +468,7 @@ func (s *Server) take(ctx context.Context, d *delivery) {
 		cancel()
 		// The run is over: a crash from now on is not this task's doing.
 		s.journal.Done(m.ID)
+		j.span.endStage(r.Err)
 		j.result = r
 		s.toWriter(j)
 	}
@@ -561,6 +587,10 @@ func (s *Server) settle(ctx context.Context, j *job) {
 		s.met.Inflight.WithLabelValues(name).Dec()
 	}()
 	started := s.cfg.Now()
+	if j.span != nil {
+		j.span.next(SpanStore)
+		defer func() { j.span.end(j.outcome, cmp.Or(j.finalErr, j.result.Err)) }()
+	}
 	if !j.enqueued.IsZero() {
 		s.met.Duration.WithLabelValues(name, StageInfer).Observe(started.Sub(j.enqueued).Seconds())
 	}

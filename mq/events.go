@@ -203,9 +203,17 @@ func (c *Conn) SubscribeEvents(ctx context.Context, channel, group string) (<-ch
 // nothing is skipped; a broker that lost its store may replay or skip
 // (delivery is at least once). Channel, group, close and error rules as
 // for SubscribeEvents.
+//
+// Each events store subscription gets its own client id, made of
+// [A-Za-z0-9_-] only: real KubeMQ v2.4.0 (NATS streaming underneath)
+// silently delivers nothing to a second store subscription with the same
+// client id (TestStoreSubscriptionsGetTheirOwnClientIDs), and nothing was
+// delivered either to ids such as "producer-Test...-real-unknown_model:_..."
+// until they were rewritten this way.
 func (c *Conn) SubscribeEventsStore(ctx context.Context, channel, group string, startSeq uint64) (<-chan Event, error) {
 	sub := &pb.Subscribe{
-		SubscribeTypeData: pb.Subscribe_EventsStore, ClientID: c.cfg.ClientID, Channel: channel, Group: group,
+		SubscribeTypeData: pb.Subscribe_EventsStore, ClientID: storeClientID(c.cfg.ClientID, c.clients.Add(1)),
+		Channel: channel, Group: group,
 		EventsStoreTypeData: pb.Subscribe_StartNewOnly,
 	}
 	if startSeq > 0 {
@@ -275,4 +283,17 @@ func (c *Conn) subscribeLoop(ctx context.Context, sub *pb.Subscribe, out chan<- 
 		log.Warn("mq subscription lost, resubscribing", "err", classify("subscribe", err))
 		sleep(ctx, retry.next())
 	}
+}
+
+// storeClientID is a client id an events store subscription can use: the
+// connection's id with every character outside [A-Za-z0-9_-] replaced, and
+// a number that makes it unique in the process.
+func storeClientID(id string, n int64) string {
+	b := []byte(id)
+	for i, ch := range b {
+		if !(ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' || ch == '-' || ch == '_') {
+			b[i] = '_'
+		}
+	}
+	return fmt.Sprintf("%s-store-%d", b, n)
 }
