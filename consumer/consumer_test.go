@@ -435,3 +435,43 @@ func testAdapterCompatResultChannel(t *testing.T, on brokerOpt) {
 	}
 	h.settled(h.q)
 }
+
+// A busy model keeps its throughput while another configured model's queue
+// sits idle: the idle queue is watched with the legacy peek and never with
+// a stream poll, which on a real KubeMQ would hold one of the broker's
+// shared poll slots and stall every other client's polls (KUBEMQ.md trap
+// 11). The test checks the mechanism (no stream poll on the idle queue);
+// the throughput with and without the idle model is logged, and measured
+// in the bench (BENCHMARKS.md), not asserted here.
+func TestIdleQueueDoesNotSlowBusyOne(t *testing.T) { forBrokers(t, testIdleQueueDoesNotSlowBusyOne) }
+
+func testIdleQueueDoesNotSlowBusyOne(t *testing.T, on brokerOpt) {
+	const n = 2000
+	rate := func(idle bool) float64 {
+		h := newHarness(t, on, func(c *harnessConfig) { c.idleModel = idle })
+		waitFor(t, 10*time.Second, "readiness", h.cons.Ready)
+		msgs := make([]mq.OutMessage, n)
+		for i := range msgs {
+			msgs[i] = h.taskMsg(fmt.Sprintf("t%d", i), testModel, 1, float32(i))
+		}
+		start := time.Now()
+		h.sendMsg(msgs...)
+		for i := range n {
+			h.record(fmt.Sprintf("t%d", i))
+		}
+		took := time.Since(start)
+		if idle {
+			st := h.cons.PollerStats()[h.q+".idle"]
+			if st.Polls != 0 || st.Peeks == 0 {
+				t.Errorf("idle queue: %d stream polls and %d peeks; want no stream poll, only peeks", st.Polls, st.Peeks)
+			}
+			if busy := h.cons.PollerStats()[h.q]; busy.Messages < n {
+				t.Errorf("busy queue poller delivered %d of %d", busy.Messages, n)
+			}
+		}
+		h.stop()
+		return float64(n) / took.Seconds()
+	}
+	alone, withIdle := rate(false), rate(true)
+	t.Logf("busy model: %.0f tasks/s alone, %.0f tasks/s with an idle model configured (%.2fx)", alone, withIdle, withIdle/alone)
+}

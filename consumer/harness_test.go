@@ -123,6 +123,7 @@ type harnessConfig struct {
 	grace      time.Duration
 	realAddr   string                 // run against this real KubeMQ instead of the embedded broker
 	configure  func(*consumer.Config) // adjusts the consumer's config last
+	idleModel  bool                   // also serve model "idle" on queue <q>.idle, which gets no task
 }
 
 const (
@@ -234,7 +235,7 @@ func (h *harness) start() {
 	}
 	ccfg := consumer.Config{
 		Broker: conn, Store: store, Metrics: h.met, AlertWebhook: h.cfg.webhook, Logger: log,
-		Models:       []consumer.Model{{Config: h.cfg.model, Info: fakeInfo, Batcher: h.fake}},
+		Models:       h.models(),
 		DrainTimeout: h.cfg.grace, Writers: 16, IntakeWorkers: 2,
 	}
 	if h.cfg.configure != nil {
@@ -256,6 +257,17 @@ func (h *harness) start() {
 		h.done <- err
 	}()
 	t.Cleanup(h.stop)
+}
+
+func (h *harness) models() []consumer.Model {
+	ms := []consumer.Model{{Config: h.cfg.model, Info: fakeInfo, Batcher: h.fake}}
+	if h.cfg.idleModel {
+		idle := h.cfg.model
+		idle.Name, idle.Queue = "idle", h.q+".idle"
+		idle.DLQQueue, idle.UnprocessableQueue = idle.Queue+".dlq", idle.Queue+".unprocessable"
+		ms = append(ms, consumer.Model{Config: idle, Info: fakeInfo, Batcher: newFakeBatcher()})
+	}
+	return ms
 }
 
 // stop stops the consumer and waits for it.

@@ -268,6 +268,15 @@ func (s *Server) Ready() bool {
 	return true
 }
 
+// PollerStats reports each queue's poller counters, by queue.
+func (s *Server) PollerStats() map[string]mq.PollerStats {
+	out := make(map[string]mq.PollerStats, len(s.queues))
+	for _, q := range s.queues {
+		out[q.name] = q.poller.Stats()
+	}
+	return out
+}
+
 // Inflight is the number of messages taken and not yet settled.
 func (s *Server) Inflight() int64 { return s.inflight.Load() }
 

@@ -102,6 +102,9 @@ type Model struct {
 	IntraOpThreads int `yaml:"intra_op_threads"`
 	// Limits bound what one task may ask for.
 	Limits Limits `yaml:"limits"`
+	// CUDA holds the CUDA execution provider's options for the model's GPU
+	// sessions.
+	CUDA CUDA `yaml:"cuda"`
 }
 
 // Batching is a model's dynamic batching policy.
@@ -185,6 +188,7 @@ func NewModel(name string) Model {
 			MaxBodyBytes:      DefaultMaxBodyBytes,
 			MaxTensorElements: DefaultMaxTensorElements,
 		},
+		CUDA: NewCUDA(),
 	}
 }
 
@@ -205,6 +209,7 @@ func (c *Config) SetDefaults() {
 		if m.Device.Kind == "" {
 			m.Device.Kind = DeviceAuto
 		}
+		m.CUDA.normalize()
 		if m.Queue == "" && m.Name != "" {
 			m.Queue = DefaultQueuePrefix + m.Name
 		}

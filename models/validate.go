@@ -164,4 +164,5 @@ func (m *Model) validate(bad func(field, format string, args ...any)) {
 	if m.Limits.MaxTensorElements < 1 {
 		bad("limits.max_tensor_elements", "must be at least 1, got %d", m.Limits.MaxTensorElements)
 	}
+	m.CUDA.validate(bad)
 }

@@ -173,6 +173,7 @@ type Conn struct {
 	events *storeSender
 
 	clients atomic.Int64 // stream clients made, for unique client ids
+	token   string       // random, names this Conn in store client ids
 	goMu    sync.Mutex   // orders goroutine starts against Close
 	closed  atomic.Bool
 }
@@ -188,7 +189,7 @@ func Dial(ctx context.Context, cfg Config) (*Conn, error) {
 		return nil, err
 	}
 	host, port, _ := splitAddr(cfg.Address)
-	c := &Conn{cfg: cfg, log: cfg.Logger, host: host, port: port}
+	c := &Conn{cfg: cfg, log: cfg.Logger, host: host, port: port, token: newID()[:8]}
 	creds := insecure.NewCredentials()
 	if cfg.TLS.enabled() {
 		pem, err := os.ReadFile(cfg.TLS.caFile())

@@ -212,7 +212,7 @@ func (c *Conn) SubscribeEvents(ctx context.Context, channel, group string) (<-ch
 // until they were rewritten this way.
 func (c *Conn) SubscribeEventsStore(ctx context.Context, channel, group string, startSeq uint64) (<-chan Event, error) {
 	sub := &pb.Subscribe{
-		SubscribeTypeData: pb.Subscribe_EventsStore, ClientID: storeClientID(c.cfg.ClientID, c.clients.Add(1)),
+		SubscribeTypeData: pb.Subscribe_EventsStore, ClientID: storeClientID(c.cfg.ClientID, c.token, c.clients.Add(1)),
 		Channel: channel, Group: group,
 		EventsStoreTypeData: pb.Subscribe_StartNewOnly,
 	}
@@ -286,14 +286,16 @@ func (c *Conn) subscribeLoop(ctx context.Context, sub *pb.Subscribe, out chan<- 
 }
 
 // storeClientID is a client id an events store subscription can use: the
-// connection's id with every character outside [A-Za-z0-9_-] replaced, and
-// a number that makes it unique in the process.
-func storeClientID(id string, n int64) string {
+// connection's id with every character outside [A-Za-z0-9_-] replaced, the
+// connection's random token and a number, unique even across connections
+// and processes that reuse a client id (the real broker may hold a closed
+// subscription's id for a while).
+func storeClientID(id, token string, n int64) string {
 	b := []byte(id)
 	for i, ch := range b {
 		if !(ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' || ch == '-' || ch == '_') {
 			b[i] = '_'
 		}
 	}
-	return fmt.Sprintf("%s-store-%d", b, n)
+	return fmt.Sprintf("%s-%s-store-%d", b, token, n)
 }

@@ -178,6 +178,10 @@ type Request struct {
 	// the item's run begins (the consumer records the attempt then, so
 	// that a crash is counted only against the tasks that were running).
 	Started func()
+	// BatchItems is set by the batcher right before it calls Started: the
+	// number of requests in the run this one is part of (itself included),
+	// for progress reports. Started may read it.
+	BatchItems int
 	// Done receives the item's result, exactly once for every request
 	// Enqueue accepted: the outputs, or the error that failed this item
 	// alone (the request's context error if it ended before the run
@@ -535,6 +539,7 @@ func (b *Batcher) runBatch(i int, bt *batch) {
 		}
 		for _, r := range reqs {
 			if r.Started != nil {
+				r.BatchItems = len(reqs)
 				r.Started()
 			}
 		}

@@ -100,6 +100,17 @@ type SessionConfig struct {
 	// CUDNNConvAlgoSearch is EXHAUSTIVE, HEURISTIC or DEFAULT
 	// (cudnn_conv_algo_search); empty: onnxruntime's default, EXHAUSTIVE.
 	CUDNNConvAlgoSearch string
+	// ArenaExtendStrategy is kNextPowerOfTwo or kSameAsRequested
+	// (arena_extend_strategy); empty: onnxruntime's default,
+	// kNextPowerOfTwo.
+	ArenaExtendStrategy string
+	// DoCopyInDefaultStream sets do_copy_in_default_stream; nil:
+	// onnxruntime's default, true.
+	DoCopyInDefaultStream *bool
+	// TensorRT puts the TensorRT execution provider in front of CUDA on
+	// the same GPU; nodes TensorRT cannot take fall back to CUDA. It needs
+	// libonnxruntime_providers_tensorrt.so and TensorRT's libraries.
+	TensorRT bool
 
 	// Logger receives session events; default: the Env's logger.
 	Logger *slog.Logger
@@ -148,6 +159,14 @@ func (c SessionConfig) Validate() error {
 	case "", "EXHAUSTIVE", "HEURISTIC", "DEFAULT":
 	default:
 		return fmt.Errorf("runtime: model %q: cudnn_conv_algo_search %q: want EXHAUSTIVE, HEURISTIC or DEFAULT", c.Name, c.CUDNNConvAlgoSearch)
+	}
+	switch strings.ToLower(c.ArenaExtendStrategy) {
+	case "", "knextpoweroftwo", "ksameasrequested":
+	default:
+		return fmt.Errorf("runtime: model %q: arena_extend_strategy %q: want kNextPowerOfTwo or kSameAsRequested", c.Name, c.ArenaExtendStrategy)
+	}
+	if c.TensorRT && c.Device.Kind != KindCUDA {
+		return fmt.Errorf("runtime: model %q: tensorrt needs a CUDA device, not %s", c.Name, c.Device)
 	}
 	return nil
 }
@@ -324,7 +343,7 @@ func newSession(env *Env, cfg SessionConfig) (*Session, error) {
 	}
 	if cfg.Device.Kind == KindCUDA {
 		err = withSignalHandlersKept(s.logger, func() error {
-			if err := appendCUDA(opts, cfg); err != nil {
+			if err := appendCUDA(opts, cfg, filepath.Dir(env.LibraryPath())); err != nil {
 				return fmt.Errorf("%w: model %q: CUDA execution provider for %s: %w", ErrProviderUnavailable, cfg.Name, cfg.Device, err)
 			}
 			if err := create(); err != nil {
@@ -414,12 +433,48 @@ func configureCPU(opts *ort.SessionOptions, cfg SessionConfig) error {
 	return nil
 }
 
-func appendCUDA(opts *ort.SessionOptions, cfg SessionConfig) error {
+// appendCUDA appends the TensorRT provider when asked, then the CUDA
+// provider, both on cfg.Device: onnxruntime gives each node to the first
+// provider that takes it. A library built with CUDA takes them directly; one
+// built without (onnxruntime-unity's, which `make setup-gpu` installs) loads
+// them as provider libraries from libDir (see appendPluginEPs).
+func appendCUDA(opts *ort.SessionOptions, cfg SessionConfig, libDir string) error {
+	err := appendCompiledInEPs(opts, cfg)
+	if err != nil && strings.Contains(err.Error(), "not enabled in this build") {
+		return appendPluginEPs(opts, cfg, libDir)
+	}
+	return err
+}
+
+// appendCompiledInEPs appends the providers of a library built with CUDA.
+func appendCompiledInEPs(opts *ort.SessionOptions, cfg SessionConfig) error {
+	if cfg.TensorRT {
+		trt, err := ort.NewTensorRTProviderOptions()
+		if err != nil {
+			return fmt.Errorf("TensorRT: %w", err)
+		}
+		defer func() { _ = trt.Destroy() }()
+		if err := trt.Update(map[string]string{"device_id": strconv.Itoa(cfg.Device.Index)}); err != nil {
+			return fmt.Errorf("TensorRT: %w", err)
+		}
+		if err := opts.AppendExecutionProviderTensorRT(trt); err != nil {
+			return fmt.Errorf("TensorRT: %w", err)
+		}
+	}
 	cuda, err := ort.NewCUDAProviderOptions()
 	if err != nil {
 		return err
 	}
 	defer func() { _ = cuda.Destroy() }()
+	if err := cuda.Update(cudaOptions(cfg)); err != nil {
+		return err
+	}
+	return opts.AppendExecutionProviderCUDA(cuda)
+}
+
+// cudaOptions returns the CUDA provider options of cfg, as onnxruntime
+// names them; options left empty keep onnxruntime's defaults.
+func cudaOptions(cfg SessionConfig) map[string]string {
 	o := map[string]string{"device_id": strconv.Itoa(cfg.Device.Index)}
 	if cfg.GPUMemLimit > 0 {
 		o["gpu_mem_limit"] = strconv.FormatInt(cfg.GPUMemLimit, 10)
@@ -427,10 +482,23 @@ func appendCUDA(opts *ort.SessionOptions, cfg SessionConfig) error {
 	if cfg.CUDNNConvAlgoSearch != "" {
 		o["cudnn_conv_algo_search"] = strings.ToUpper(cfg.CUDNNConvAlgoSearch)
 	}
-	if err := cuda.Update(o); err != nil {
-		return err
+	switch strings.ToLower(cfg.ArenaExtendStrategy) {
+	case "knextpoweroftwo":
+		o["arena_extend_strategy"] = "kNextPowerOfTwo"
+	case "ksameasrequested":
+		o["arena_extend_strategy"] = "kSameAsRequested"
 	}
-	return opts.AppendExecutionProviderCUDA(cuda)
+	if cfg.DoCopyInDefaultStream != nil {
+		o["do_copy_in_default_stream"] = strconv.Itoa(btoi(*cfg.DoCopyInDefaultStream))
+	}
+	return o
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // Name returns the model name given in the config.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,19 +12,25 @@ import (
 	"os/signal"
 	"path/filepath"
 	goruntime "runtime"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/inferq/inferq/broker"
 	"github.com/inferq/inferq/consumer"
-	"github.com/inferq/inferq/gpu"
 	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/mq"
 	"github.com/inferq/inferq/results"
 	"github.com/inferq/inferq/runtime"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -41,7 +48,14 @@ the adapter's KUBEMQ_ADDRESS, KUBEMQ_AUTH_TOKEN, KUBEMQ_TLS_*_FILE), then these
 flags. --print-config shows the result (secrets masked).
 
 HTTP (default 127.0.0.1:8080): /healthz, /readyz (models warm and broker
-reachable), /metrics, /v1/models, /v1/tasks/{id}.
+reachable), /metrics, /v1/models, /v1/tasks/{id}, and the Open Inference
+Protocol: /v2, /v2/health/{live,ready}, /v2/models/{m}[/ready|/infer].
+
+Each queue also answers sync inference queries (KubeMQ queries on the queue's
+channel, group --query-group). Tracing: OpenTelemetry spans are exported over
+OTLP when OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or
+OTEL_TRACES_EXPORTER=otlp is set (protocol from OTEL_EXPORTER_OTLP_PROTOCOL:
+http/protobuf by default, or grpc; the other OTEL_* variables as usual).
 
 SIGINT/SIGTERM stops polling, lets taken tasks finish within
 --shutdown-grace, gives back the rest, flushes the result spool and exits 0.
@@ -61,6 +75,7 @@ type serveFlags struct {
 	resultWriters  int
 	pollMaxItems   int
 	sessionThreads int
+	queryGroup     string
 }
 
 func runServe(ctx context.Context, a *app, args []string) error {
@@ -77,6 +92,7 @@ func runServe(ctx context.Context, a *app, args []string) error {
 	fs.IntVar(&f.intakeWorkers, "intake-workers", 0, "goroutines decoding tasks (default: number of CPUs)")
 	fs.IntVar(&f.resultWriters, "result-writers", 128, "goroutines storing results and settling messages")
 	fs.IntVar(&f.pollMaxItems, "poll-max-items", 128, "largest stream poll per queue")
+	fs.StringVar(&f.queryGroup, "query-group", consumer.DefaultQueryGroup, "KubeMQ group of the sync query subscriptions: servers in one group share a queue's queries")
 	f.log.register(fs)
 	if err := parse(fs, args); err != nil {
 		return err
@@ -155,6 +171,11 @@ func serve(ctx context.Context, a *app, log *slog.Logger, c *models.Config, f se
 	if err != nil {
 		return err
 	}
+	stopGPUMetrics, err := startGPUMetrics(ctx, log.With("component", "gpu"), reg, nvml.New())
+	if err != nil {
+		return err
+	}
+	defer stopGPUMetrics()
 
 	loaded, err := loadModels(ctx, env, log, c.Models, placements, met, !f.noWarmup, faultHook(a.getenv))
 	if err != nil {
@@ -216,6 +237,12 @@ func serve(ctx context.Context, a *app, log *slog.Logger, c *models.Config, f se
 			devices[l.cfg.Name] = append(devices[l.cfg.Name], d.String())
 		}
 	}
+	tp, stopTracing, err := a.tracerProvider(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
+
 	host, _ := os.Hostname()
 	intake := f.intakeWorkers
 	if intake <= 0 {
@@ -225,6 +252,7 @@ func serve(ctx context.Context, a *app, log *slog.Logger, c *models.Config, f se
 		Broker: conn, Store: store, Models: cms, Journal: journal, Metrics: met,
 		Logger: log.With("component", "consumer"), Worker: host, AlertWebhook: f.alertWebhook,
 		IntakeWorkers: intake, Writers: f.resultWriters, PollMaxItems: f.pollMaxItems, DrainTimeout: f.shutdownGrace,
+		QueryGroup: f.queryGroup, TracerProvider: tp,
 	})
 	if err != nil {
 		return err
@@ -280,34 +308,36 @@ type loadedModel struct {
 
 // place discovers the GPUs (NVML) and decides every model's devices.
 func place(log *slog.Logger, ms []models.Model) ([]runtime.Placement, error) {
-	var gpus []runtime.GPU
-	noGPU := ""
-	inv, err := gpu.Discover(nvml.New())
-	if err != nil {
-		noGPU = trimNoGPU(err)
+	// CUDA numbers GPUs fastest first unless told otherwise; NVML and
+	// placement number them in PCI bus order.
+	if _, set := os.LookupEnv("CUDA_DEVICE_ORDER"); !set {
+		_ = os.Setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
 	}
-	for _, d := range inv.Devices {
-		gpus = append(gpus, runtime.GPU{Index: d.Index, Name: d.Name, MemoryFree: d.MemoryFree})
+	visible, set := os.LookupEnv("CUDA_VISIBLE_DEVICES")
+	plan, err := planGPUs(nvml.New(), ms, visible, set)
+	for _, d := range plan.inv.Devices {
 		log.Info("gpu", "device", d)
 	}
-	ps, err := runtime.Place(ms, gpus, noGPU)
+	if plan.note != "" {
+		log.Warn("cuda_visible_devices", "note", plan.note)
+	}
 	if err != nil {
 		return nil, err
 	}
-	for _, p := range ps {
+	for _, p := range plan.placements {
 		if p.Note != "" {
 			log.Warn("placement", "model", p.Model, "note", p.Note)
 		}
 	}
-	return ps, nil
+	return plan.placements, nil
 }
 
 // loadModels creates every model's sessions on its devices, warms them and
 // builds its batcher.
 func loadModels(ctx context.Context, env *runtime.Env, log *slog.Logger, ms []models.Model, ps []runtime.Placement, met *consumer.Metrics, warm bool, wrap func(runtime.Runner) runtime.Runner) ([]*loadedModel, error) {
 	concurrent := 0
-	for i, m := range ms {
-		concurrent += len(ps[i].Devices) * m.Concurrency
+	for i := range ms {
+		concurrent += ps[i].Runs()
 	}
 	var out []*loadedModel
 	for i, m := range ms {
@@ -317,6 +347,9 @@ func loadModels(ctx context.Context, env *runtime.Env, log *slog.Logger, ms []mo
 			s, err := runtime.NewSession(env, runtime.SessionConfig{
 				Name: m.Name, Path: m.Path, Device: d, CPUs: goruntime.NumCPU(), ConcurrentSessions: concurrent,
 				IntraOpThreads: m.IntraOpThreads, Logger: log,
+				GPUMemLimit: int64(m.CUDA.GPUMemLimit), ArenaExtendStrategy: m.CUDA.ArenaExtendStrategy,
+				CUDNNConvAlgoSearch: m.CUDA.CUDNNConvAlgoSearch, DoCopyInDefaultStream: &m.CUDA.DoCopyInDefaultStream,
+				TensorRT: m.CUDA.TensorRT && d.Kind == runtime.KindCUDA,
 			})
 			if err != nil {
 				return out, fmt.Errorf("model %q: %w", m.Name, err)
@@ -350,4 +383,52 @@ func loadModels(ctx context.Context, env *runtime.Env, log *slog.Logger, ms []mo
 		out = append(out, l)
 	}
 	return out, nil
+}
+
+// tracerProvider returns the OTLP trace exporter's provider when the
+// standard OTEL_* variables ask for one, else nil (tracing off, no cost).
+// On: OTEL_TRACES_EXPORTER=otlp, or an OTLP endpoint set, unless
+// OTEL_SDK_DISABLED=true or OTEL_TRACES_EXPORTER=none. The protocol is
+// OTEL_EXPORTER_OTLP_TRACES_PROTOCOL or OTEL_EXPORTER_OTLP_PROTOCOL
+// (http/protobuf by default, grpc); the exporter, the batch processor and
+// the sampler read their other OTEL_* settings themselves. stop flushes
+// the spans.
+func (a *app) tracerProvider(ctx context.Context, log *slog.Logger) (tp trace.TracerProvider, stop func(), err error) {
+	stop = func() {}
+	exporter := strings.ToLower(strings.TrimSpace(a.getenv("OTEL_TRACES_EXPORTER")))
+	endpoint := cmp.Or(a.getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"), a.getenv("OTEL_EXPORTER_OTLP_ENDPOINT"))
+	switch {
+	case strings.EqualFold(strings.TrimSpace(a.getenv("OTEL_SDK_DISABLED")), "true"), exporter == "none":
+		return nil, stop, nil
+	case exporter == "" && endpoint == "":
+		return nil, stop, nil
+	case exporter != "" && exporter != "otlp":
+		return nil, stop, usageErrorf("OTEL_TRACES_EXPORTER=%q: inferq exports traces with otlp (or none)", exporter)
+	}
+	proto := strings.ToLower(strings.TrimSpace(cmp.Or(a.getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"), a.getenv("OTEL_EXPORTER_OTLP_PROTOCOL"), "http/protobuf")))
+	var exp sdktrace.SpanExporter
+	switch proto {
+	case "grpc":
+		exp, err = otlptracegrpc.New(ctx)
+	case "http/protobuf":
+		exp, err = otlptracehttp.New(ctx)
+	default:
+		return nil, stop, usageErrorf("OTEL_EXPORTER_OTLP_PROTOCOL=%q: want http/protobuf or grpc", proto)
+	}
+	if err != nil {
+		return nil, stop, fmt.Errorf("tracing: otlp exporter: %w", err)
+	}
+	res := resource.Default()
+	if a.getenv("OTEL_SERVICE_NAME") == "" {
+		res, _ = resource.Merge(res, resource.NewSchemaless(attribute.String("service.name", "inferq")))
+	}
+	sdk := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+	log.Info("tracing: exporting spans over otlp", "protocol", proto, "endpoint", cmp.Or(endpoint, "default"))
+	return sdk, func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := sdk.Shutdown(sctx); err != nil {
+			log.Warn("tracing: flushing spans failed", "err", err)
+		}
+	}, nil
 }

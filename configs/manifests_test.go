@@ -1,0 +1,241 @@
+// Package configs holds the example configs and Kubernetes manifests; its
+// only code is this test, which parses every manifest and checks the fields
+// that matter.
+package configs
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/inferq/inferq/models"
+)
+
+type obj = map[string]any
+
+// manifests decodes every document of configs/kubernetes/*.yaml by kind.
+func manifests(t *testing.T) map[string]obj {
+	t.Helper()
+	paths, err := filepath.Glob("kubernetes/*.yaml")
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no manifests: %v", err)
+	}
+	byKind := map[string]obj{}
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := yaml.NewDecoder(bytes.NewReader(data))
+		for {
+			var o obj
+			if err := dec.Decode(&o); errors.Is(err, io.EOF) {
+				break
+			} else if err != nil {
+				t.Fatalf("%s: %v", p, err)
+			}
+			kind, _ := o["kind"].(string)
+			if kind == "" || o["apiVersion"] == nil {
+				t.Fatalf("%s: a document without kind or apiVersion", p)
+			}
+			if kind != "Kustomization" && get(t, o, "metadata", "name") == nil {
+				t.Errorf("%s: %s without metadata.name", p, kind)
+			}
+			if _, dup := byKind[kind]; dup {
+				t.Fatalf("%s: a second %s", p, kind)
+			}
+			byKind[kind] = o
+		}
+	}
+	for _, k := range []string{"Deployment", "ConfigMap", "Service", "PodMonitor", "ScaledObject", "Kustomization"} {
+		if byKind[k] == nil {
+			t.Errorf("no %s among the manifests", k)
+		}
+	}
+	return byKind
+}
+
+// get walks o by map keys and list indexes (int).
+func get(t *testing.T, o any, path ...any) any {
+	t.Helper()
+	cur := o
+	for _, p := range path {
+		switch k := p.(type) {
+		case string:
+			m, ok := cur.(obj)
+			if !ok {
+				return nil
+			}
+			cur = m[k]
+		case int:
+			l, ok := cur.([]any)
+			if !ok || k >= len(l) {
+				return nil
+			}
+			cur = l[k]
+		}
+	}
+	return cur
+}
+
+func TestDeployment(t *testing.T) {
+	d := manifests(t)["Deployment"]
+	pod := get(t, d, "spec", "template", "spec")
+	if rc := get(t, pod, "runtimeClassName"); rc != "nvidia" {
+		t.Errorf("runtimeClassName = %v, want nvidia", rc)
+	}
+	c := get(t, pod, "containers", 0)
+	if gpus, _ := get(t, c, "resources", "limits", "nvidia.com/gpu").(int); gpus < 1 {
+		t.Errorf("nvidia.com/gpu limit = %v, want at least 1", get(t, c, "resources", "limits", "nvidia.com/gpu"))
+	}
+	for probe, path := range map[string]string{"livenessProbe": "/healthz", "readinessProbe": "/readyz", "startupProbe": "/healthz"} {
+		if got := get(t, c, probe, "httpGet", "path"); got != path {
+			t.Errorf("%s path = %v, want %s", probe, got, path)
+		}
+		if port := get(t, c, probe, "httpGet", "port"); port != "http" {
+			t.Errorf("%s port = %v, want the named port http", probe, port)
+		}
+	}
+	if p := get(t, c, "ports", 0, "containerPort"); p != 8080 {
+		t.Errorf("containerPort = %v", p)
+	}
+
+	// The grace period outlasts --shutdown-grace plus the 10 s of HTTP
+	// shutdown and spool flush that follow it.
+	var grace time.Duration
+	var config string
+	for _, a := range get(t, c, "args").([]any) {
+		s := a.(string)
+		if v, ok := strings.CutPrefix(s, "--shutdown-grace="); ok {
+			var err error
+			if grace, err = time.ParseDuration(v); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if v, ok := strings.CutPrefix(s, "--config="); ok {
+			config = v
+		}
+	}
+	if grace == 0 || config == "" {
+		t.Fatalf("args %v: want --config and --shutdown-grace", get(t, c, "args"))
+	}
+	term, _ := get(t, pod, "terminationGracePeriodSeconds").(int)
+	if time.Duration(term)*time.Second <= grace+10*time.Second {
+		t.Errorf("terminationGracePeriodSeconds %d is not above --shutdown-grace %s + 10s", term, grace)
+	}
+
+	// --config points into the mounted ConfigMap.
+	var mounted bool
+	for _, m := range get(t, c, "volumeMounts").([]any) {
+		mp := get(t, m, "mountPath").(string)
+		if get(t, m, "name") == "config" && filepath.Dir(config) == mp {
+			mounted = true
+		}
+	}
+	if !mounted {
+		t.Errorf("--config=%s is not in the config volume's mount", config)
+	}
+	if get(t, pod, "securityContext", "runAsNonRoot") != true {
+		t.Error("the pod may run as root")
+	}
+	sel := get(t, d, "spec", "selector", "matchLabels", "app.kubernetes.io/name")
+	if sel == nil || sel != get(t, d, "spec", "template", "metadata", "labels", "app.kubernetes.io/name") {
+		t.Error("the selector does not match the pod labels")
+	}
+}
+
+// The image's entrypoint is inferq serve, which the Deployment's args
+// follow; it runs as a non-root user and checks /healthz.
+func TestDockerfile(t *testing.T) {
+	data, err := os.ReadFile("../Dockerfile.cuda")
+	if err != nil {
+		t.Fatal(err)
+	}
+	df := string(data)
+	for _, want := range []string{
+		`ENTRYPOINT ["/usr/local/bin/inferq", "serve"]`, "USER 10001", "http://127.0.0.1:8080/healthz",
+		"make setup-gpu", "CGO_ENABLED=1", "cudnn-runtime", "ENV INFERQ_ORT_LIB=/usr/local/lib/inferq",
+	} {
+		if !strings.Contains(df, want) {
+			t.Errorf("Dockerfile.cuda lacks %q", want)
+		}
+	}
+	if strings.Count(df, "\nFROM ") < 3 {
+		t.Error("Dockerfile.cuda is not multi-stage")
+	}
+}
+
+func TestConfigMapParses(t *testing.T) {
+	cm := manifests(t)["ConfigMap"]
+	data, _ := get(t, cm, "data", "inferq.yaml").(string)
+	c, err := models.Parse([]byte(data))
+	if err != nil {
+		t.Fatalf("the ConfigMap's inferq.yaml: %v", err)
+	}
+	if len(c.Models) < 2 {
+		t.Errorf("%d models, want a two-model config", len(c.Models))
+	}
+	gpuModels := 0
+	for _, m := range c.Models {
+		if m.Device.Kind != models.DeviceCPU {
+			gpuModels++
+		}
+	}
+	if gpuModels < 2 {
+		t.Errorf("%d models on GPUs, want 2", gpuModels)
+	}
+	if !strings.HasPrefix(c.HTTP.Listen, "0.0.0.0:8080") {
+		t.Errorf("http.listen %q is not reachable by the probes on port 8080", c.HTTP.Listen)
+	}
+	if name := get(t, manifests(t)["Deployment"], "spec", "template", "spec", "volumes", 0, "configMap", "name"); name != get(t, cm, "metadata", "name") {
+		t.Errorf("the Deployment mounts ConfigMap %v, the manifest is %v", name, get(t, cm, "metadata", "name"))
+	}
+	// The ScaledObject watches a queue a model consumes.
+	q := get(t, manifests(t)["ScaledObject"], "spec", "triggers", 0, "metadata", "query").(string)
+	found := false
+	for _, m := range c.Models {
+		found = found || strings.Contains(q, `queue="`+m.Queue+`"`)
+	}
+	if !found {
+		t.Errorf("the ScaledObject's query %q names no model's queue", q)
+	}
+}
+
+func TestServiceMonitorScaler(t *testing.T) {
+	all := manifests(t)
+	if p := get(t, all["Service"], "spec", "ports", 0, "targetPort"); p != "http" {
+		t.Errorf("Service targetPort = %v", p)
+	}
+	pm := all["PodMonitor"]
+	if get(t, pm, "spec", "podMetricsEndpoints", 0, "path") != "/metrics" || get(t, pm, "spec", "podMetricsEndpoints", 0, "port") != "http" {
+		t.Errorf("PodMonitor endpoint = %v", get(t, pm, "spec", "podMetricsEndpoints", 0))
+	}
+	so := all["ScaledObject"]
+	if get(t, so, "spec", "scaleTargetRef", "name") != get(t, all["Deployment"], "metadata", "name") {
+		t.Error("the ScaledObject does not target the Deployment")
+	}
+	if get(t, so, "spec", "triggers", 0, "type") != "prometheus" {
+		t.Errorf("trigger = %v", get(t, so, "spec", "triggers", 0))
+	}
+	if q, _ := get(t, so, "spec", "triggers", 0, "metadata", "query").(string); !strings.Contains(q, "inferq_queue_depth") {
+		t.Errorf("query %q does not read inferq_queue_depth", q)
+	}
+	ks := all["Kustomization"]
+	res := map[string]bool{}
+	for _, r := range get(t, ks, "resources").([]any) {
+		res[r.(string)] = true
+	}
+	files, _ := filepath.Glob("kubernetes/*.yaml")
+	for _, f := range files {
+		if b := filepath.Base(f); b != "kustomization.yaml" && !res[b] {
+			t.Errorf("kustomization.yaml does not list %s", b)
+		}
+	}
+}
