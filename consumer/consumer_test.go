@@ -475,3 +475,42 @@ func testIdleQueueDoesNotSlowBusyOne(t *testing.T, on brokerOpt) {
 	alone, withIdle := rate(false), rate(true)
 	t.Logf("busy model: %.0f tasks/s alone, %.0f tasks/s with an idle model configured (%.2fx)", alone, withIdle, withIdle/alone)
 }
+
+// inferq_queue_depth follows the broker's count of the queue's messages,
+// taken and not yet settled ones included.
+func TestQueueDepthMetric(t *testing.T) {
+	h := newHarness(t, func(c *harnessConfig) {
+		c.configure = func(cc *consumer.Config) { cc.DepthEvery = 50 * time.Millisecond }
+	})
+	h.fake.gate = make(chan struct{})
+	for i := range 3 {
+		h.send(fmt.Sprintf("t%d", i), 1, float32(i))
+	}
+	depth := func() float64 { return testutil.ToFloat64(h.met.QueueDepth.WithLabelValues(h.q)) }
+	waitFor(t, 5*time.Second, "queue depth 3", func() bool { return depth() == 3 })
+	close(h.fake.gate)
+	waitFor(t, 5*time.Second, "queue depth 0", func() bool { return depth() == 0 })
+}
+
+// Per-model limits give a FAILURE record naming the limit, and nothing
+// runs (the body is never decoded into a huge tensor).
+func TestModelLimits(t *testing.T) {
+	t.Run("tensor elements", func(t *testing.T) {
+		h := newHarness(t, func(c *harnessConfig) { c.model.Limits.MaxTensorElements = 2 })
+		h.send("t1", 1, 1)
+		r := h.record("t1")
+		if r.Status != task.StatusFailure || !strings.Contains(r.Error, "element") {
+			t.Fatalf("record %+v", r)
+		}
+		h.settled(h.q)
+	})
+	t.Run("body bytes", func(t *testing.T) {
+		h := newHarness(t, func(c *harnessConfig) { c.model.Limits.MaxBodyBytes = 64 })
+		h.send("t1", 1, 1)
+		r := h.record("t1")
+		if r.Status != task.StatusFailure || !strings.Contains(r.Error, "max_body_bytes") {
+			t.Fatalf("record %+v", r)
+		}
+		h.settled(h.q)
+	})
+}

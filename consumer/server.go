@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,6 +40,7 @@ type Broker interface {
 	EventSender
 	NewPoller(cfg mq.PollerConfig) (*mq.Poller, error)
 	Sender() *mq.Sender
+	QueuesInfo(ctx context.Context, filter string) (map[string]mq.QueueInfo, error)
 }
 
 // Model is one served model as the consumer sees it.
@@ -88,6 +90,8 @@ type Config struct {
 	// TracerProvider, when set, traces tasks and sync requests (see
 	// SpanReceive); nil or a no-op provider: no tracing, no cost.
 	TracerProvider trace.TracerProvider
+	// DepthEvery is how often inferq_queue_depth is refreshed (default 5 s).
+	DepthEvery time.Duration
 	// Now is the clock (tests).
 	Now func() time.Time
 }
@@ -113,6 +117,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.DepthEvery <= 0 {
+		c.DepthEvery = 5 * time.Second
 	}
 	if c.Worker == "" {
 		c.Worker = "inferq"
@@ -144,6 +151,7 @@ func (c *Config) Validate() error {
 type queue struct {
 	name   string
 	models map[string]*Model
+	first  *Model      // the first model configured on the queue
 	limits task.Limits // the loosest of its models', for the envelope
 	poller *mq.Poller
 }
@@ -227,6 +235,9 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("consumer: model %q configured twice", m.Config.Name)
 		}
 		q.models[m.Config.Name] = m
+		if q.first == nil {
+			q.first = m
+		}
 		q.limits.MaxBodyBytes = max(q.limits.MaxBodyBytes, int64(m.Config.Limits.MaxBodyBytes))
 		q.limits.MaxTensorElements = max(q.limits.MaxTensorElements, m.Config.Limits.MaxTensorElements)
 		maxInFlight = max(maxInFlight, 4*m.Config.Batching.MaxBatchSize*m.Config.Instances*m.Config.Concurrency)
@@ -298,8 +309,9 @@ func (s *Server) Run(ctx context.Context) error {
 	work, stopWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWork()
 	var stages sync.WaitGroup
-	stages.Add(1)
+	stages.Add(2)
 	go func() { defer stages.Done(); s.pub.run(work) }()
+	go func() { defer stages.Done(); s.sampleDepth(ctx) }()
 	var intakeWG, writeWG sync.WaitGroup
 	for range s.cfg.IntakeWorkers {
 		intakeWG.Add(1)
@@ -339,6 +351,34 @@ func (s *Server) Run(ctx context.Context) error {
 		all = append(all, err)
 	}
 	return errors.Join(all...)
+}
+
+// sampleDepth keeps inferq_queue_depth current for every served queue
+// until ctx ends (one QueuesInfo call for all of them: ~10 ms on a broker
+// with thousands of channels).
+func (s *Server) sampleDepth(ctx context.Context) {
+	names := make([]string, len(s.queues))
+	for i, q := range s.queues {
+		names[i] = q.name
+	}
+	filter := strings.Join(names, ";")
+	t := time.NewTicker(s.cfg.DepthEvery)
+	defer t.Stop()
+	for {
+		qctx, cancel := context.WithTimeout(ctx, s.cfg.DepthEvery)
+		info, err := s.cfg.Broker.QueuesInfo(qctx, filter)
+		cancel()
+		if err == nil {
+			for _, n := range names {
+				s.met.QueueDepth.WithLabelValues(n).Set(float64(info[mq.InfoName(n)].Waiting))
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // deliver hands a polled batch to the intake workers (backpressure: it
@@ -397,6 +437,11 @@ func (s *Server) take(ctx context.Context, d *delivery) {
 		return
 	}
 	model := d.q.models[t.Name]
+	if model == nil && errors.Is(err, task.ErrTooLarge) {
+		// Too large to read its task_name: its queue's (first) model
+		// answers for it, with the size error.
+		model = d.q.first
+	}
 	j := &job{q: d.q, model: model, msg: m, task: t, received: d.received}
 	j.attempt = s.attempt(t, m)
 	if model == nil {
@@ -411,7 +456,7 @@ func (s *Server) take(ctx context.Context, d *delivery) {
 		s.met.Duration.WithLabelValues(model.Config.Name, StageQueue).Observe(d.received.Sub(t.CreatedAt).Seconds())
 	}
 	if err != nil {
-		s.finish(ctx, j, task.StatusFailure, fmt.Errorf("task %s: %w", t.ID, err), OutcomeBadInput)
+		s.finish(ctx, j, task.StatusFailure, limitHint(model, fmt.Errorf("task %s: %w", t.ID, err)), OutcomeBadInput)
 		return
 	}
 	deadline, hasDeadline := t.Deadline(d.received)
@@ -438,7 +483,7 @@ func (s *Server) take(ctx context.Context, d *delivery) {
 	}
 	inputs, err := t.Inputs(model.Info, lim)
 	if err != nil {
-		s.finish(ctx, j, task.StatusFailure, fmt.Errorf("model %q: %w", model.Config.Name, err), OutcomeBadInput)
+		s.finish(ctx, j, task.StatusFailure, limitHint(model, fmt.Errorf("model %q: %w", model.Config.Name, err)), OutcomeBadInput)
 		return
 	}
 	crashes := s.journal.Crashes(m.ID)
@@ -486,6 +531,15 @@ func (s *Server) take(ctx context.Context, d *delivery) {
 		j.result = runtime.ItemResult{Err: fmt.Errorf("enqueue for inference: %w", err)}
 		s.toWriter(j)
 	}
+}
+
+// limitHint names the config fields behind a size error.
+func limitHint(m *Model, err error) error {
+	if !errors.Is(err, task.ErrTooLarge) {
+		return err
+	}
+	return fmt.Errorf("%w (model %q: limits.max_body_bytes %d, limits.max_tensor_elements %d)",
+		err, m.Config.Name, m.Config.Limits.MaxBodyBytes, m.Config.Limits.MaxTensorElements)
 }
 
 // toWriter hands a job to the writers. It blocks while they are all busy,
