@@ -36,6 +36,7 @@ type command struct {
 
 func commands() []command {
 	return []command{
+		{"bench", "measure throughput and latency per model and device, next to the direct and broker ceilings", runBench},
 		{"broker", "run the embedded in-memory KubeMQ-protocol broker (tests, demos; not for production)", runBroker},
 		{"devices", "list the GPUs NVML reports, or say why there are none", runDevices},
 		{"infer", "send inference tasks to a model's queue and wait for the results", runInfer},

@@ -1,0 +1,552 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/inferq/inferq/client"
+	"github.com/inferq/inferq/consumer"
+	"github.com/inferq/inferq/models"
+	"github.com/inferq/inferq/mq"
+	"github.com/inferq/inferq/results"
+	"github.com/inferq/inferq/runtime"
+	"github.com/inferq/inferq/task"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+)
+
+// The modes of inferq bench.
+const (
+	modeDirect  = "direct"
+	modeBroker  = "broker"
+	modeQueue   = "queue"
+	modeQuery   = "query"
+	modeAdapter = "adapter"
+)
+
+var allModes = []string{modeDirect, modeBroker, modeQueue, modeQuery, modeAdapter}
+
+// batchBound reports whether a mode runs through a batcher whose
+// max_batch_size --batch-sizes sweeps; the others run once per repeat.
+func batchBound(mode string) bool {
+	return mode == modeDirect || mode == modeQueue || mode == modeQuery
+}
+
+// errQueryUnavailable: nothing answers sync queries on the model's queue.
+var errQueryUnavailable = errors.New("query mode not available: no inferq server answered a probe query (does this build's consumer answer queries?)")
+
+// benchModel is one model loaded for the bench on one device group: its
+// sessions are shared by every mode and sample of the group.
+type benchModel struct {
+	cfg      models.Model
+	device   string
+	sessions []*runtime.Session
+	info     runtime.ModelInfo
+	inputs   [][]runtime.Tensor // random inputs, cycled
+	next     atomic.Uint64
+	check    outputCheck
+	// canned is a real result of the model, sent by the broker mode's
+	// worker for every task instead of running the model.
+	canned, cannedBin []byte
+}
+
+func (m *benchModel) input() []runtime.Tensor {
+	return m.inputs[int(m.next.Add(1)%uint64(len(m.inputs)))]
+}
+
+// outputCheck verifies a result: the model's outputs, one row each, with
+// the model's static dims, and rows of "probs" (mlp) summing to 1.
+type outputCheck struct {
+	outs []runtime.TensorInfo
+}
+
+func (c outputCheck) tensors(outs []runtime.Tensor) error {
+	if len(outs) != len(c.outs) {
+		return fmt.Errorf("check: %d outputs, want %d", len(outs), len(c.outs))
+	}
+	for i, o := range outs {
+		want := c.outs[i]
+		if o.Name != want.Name || o.DType != want.DType || len(o.Shape) != len(want.Dims) {
+			return fmt.Errorf("check: output %d is %s %s %s, want %s", i, o.Name, o.DType, runtime.FormatShape(o.Shape), want)
+		}
+		for j, d := range want.Dims {
+			if (j == 0 && o.Shape[0] != 1) || (j > 0 && d >= 0 && o.Shape[j] != d) {
+				return fmt.Errorf("check: output %s has shape %s, want one row of %s", o.Name, runtime.FormatShape(o.Shape), runtime.FormatShape(want.Dims))
+			}
+		}
+		if o.Name == "probs" && o.DType == runtime.FP32 {
+			v, err := runtime.Values[float32](o)
+			if err != nil {
+				return fmt.Errorf("check: output probs: %w", err)
+			}
+			var sum float64
+			for _, p := range v {
+				sum += float64(p)
+			}
+			if math.Abs(sum-1) > 1e-3 {
+				return fmt.Errorf("check: probabilities sum to %.5f, want 1", sum)
+			}
+		}
+	}
+	return nil
+}
+
+// record verifies that rec is the SUCCESS record of task id with good
+// outputs.
+func (c outputCheck) record(id string, rec *task.Record) error {
+	if rec == nil {
+		return errors.New("check: no record")
+	}
+	if rec.TaskID != id {
+		return fmt.Errorf("check: record of task %q came for task %q", rec.TaskID, id)
+	}
+	if rec.Status != task.StatusSuccess {
+		return fmt.Errorf("check: task %s: %s: %s", id, rec.Status, rec.Error)
+	}
+	resp, err := rec.Response()
+	if err != nil {
+		return fmt.Errorf("check: task %s: %w", id, err)
+	}
+	return c.tensors(resp.Tensors())
+}
+
+// batchCounter counts a batcher's runs and rows for the mean batch fill.
+type batchCounter struct{ batches, rows atomic.Int64 }
+
+func (c *batchCounter) ObserveQueueWait(time.Duration) {}
+func (c *batchCounter) ObserveBatch(s runtime.BatchStats) {
+	c.batches.Add(1)
+	c.rows.Add(int64(s.Rows))
+}
+
+// newBatcher builds a batcher for m with max_batch_size bs over its
+// sessions, counting into bc.
+func newBatcher(m *benchModel, bs, concurrency int, bc *batchCounter, log *slog.Logger) (*runtime.Batcher, error) {
+	runners := make([]runtime.Runner, len(m.sessions))
+	for i, s := range m.sessions {
+		runners[i] = s
+	}
+	pol := runtime.BatchPolicy{MaxBatchSize: bs, MaxQueueDelay: m.cfg.Batching.MaxQueueDelay.D()}
+	for _, p := range m.cfg.Batching.PreferredBatchSizes {
+		if p <= bs {
+			pol.PreferredBatchSizes = append(pol.PreferredBatchSizes, p)
+		}
+	}
+	var obs runtime.BatchObserver = nopObserver{}
+	if bc != nil {
+		obs = bc
+	}
+	return runtime.NewBatcher(runtime.BatcherConfig{
+		Name: m.cfg.Name, Policy: pol, Runners: runners, Concurrency: concurrency, Observer: obs, Logger: log,
+	})
+}
+
+type nopObserver struct{}
+
+func (nopObserver) ObserveQueueWait(time.Duration)    {}
+func (nopObserver) ObserveBatch(s runtime.BatchStats) {}
+
+// sampleRun is one mode set up for one sample.
+type sampleRun struct {
+	start starter
+	// fill returns the runs and rows of the model's batchers so far.
+	fill  func() (batches, rows int64)
+	close func() error
+}
+
+// directRun drives the runtime alone: a batcher over the sessions.
+func directRun(m *benchModel, bs int, log *slog.Logger) (*sampleRun, error) {
+	bc := &batchCounter{}
+	b, err := newBatcher(m, bs, m.cfg.Concurrency, bc, log)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx) }()
+	start := func(ctx, wctx context.Context, _, n int, fin func(error)) error {
+		for range n {
+			r := &runtime.Request{Item: runtime.Item{Inputs: m.input()}}
+			r.Done = func(res runtime.ItemResult) {
+				if res.Err != nil {
+					fin(res.Err)
+					return
+				}
+				fin(m.check.tensors(res.Outputs))
+			}
+			if err := b.Enqueue(ctx, r); err != nil {
+				fin(err)
+			}
+		}
+		return nil
+	}
+	return &sampleRun{
+		start: start,
+		fill:  func() (int64, int64) { return bc.batches.Load(), bc.rows.Load() },
+		close: func() error { cancel(); return <-done },
+	}, nil
+}
+
+// producers are the bench's producer clients, one per --producers, made
+// once per run: a Client's reply subscription takes a while to go live.
+type producers struct {
+	clients []*client.Client
+}
+
+func newProducers(ctx context.Context, addr, identity string, n int, binary bool, log *slog.Logger) (*producers, error) {
+	p := &producers{}
+	for i := range n {
+		c, err := client.New(ctx, client.Config{
+			Broker:       mq.Config{Address: addr, ClientID: fmt.Sprintf("%s-p%d", identity, i)},
+			Identity:     fmt.Sprintf("%s-p%d", identity, i),
+			BinaryInputs: binary,
+			Logger:       log,
+		})
+		if err != nil {
+			p.close()
+			return nil, err
+		}
+		p.clients = append(p.clients, c)
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err = c.Ready(rctx)
+		cancel()
+		if err != nil {
+			p.close()
+			return nil, fmt.Errorf("producer %d: %w", i, err)
+		}
+	}
+	return p, nil
+}
+
+func (p *producers) close() {
+	for _, c := range p.clients {
+		_ = c.Close()
+	}
+}
+
+// enqueueStarter sends tasks for m to queue through the producer clients
+// and verifies each record that comes back on the reply channel.
+func (p *producers) enqueueStarter(m *benchModel, queue string) starter {
+	return func(ctx, wctx context.Context, pi, n int, fin func(error)) error {
+		c := p.clients[pi%len(p.clients)]
+		in := make([][]runtime.Tensor, n)
+		for i := range in {
+			in[i] = m.input()
+		}
+		ids, err := c.EnqueueMany(ctx, m.cfg.Name, in, client.WithQueue(queue))
+		var be *mq.BatchError
+		if err != nil && !errors.As(err, &be) {
+			return err
+		}
+		for i, id := range ids {
+			if be != nil && i < len(be.Errs) && be.Errs[i] != nil {
+				fin(fmt.Errorf("send: %w", be.Errs[i]))
+				continue
+			}
+			go func() {
+				rec, err := c.Wait(wctx, id)
+				if err != nil {
+					if wctx.Err() != nil {
+						err = fmt.Errorf("%w: task %s", errLost, id)
+					}
+					fin(err)
+					return
+				}
+				fin(m.check.record(id, rec))
+			}()
+		}
+		return nil
+	}
+}
+
+// adapterPoll is how often an adapter-mode producer reads a task's compat
+// result channel, like the Python adapter's client polling for a result.
+const adapterPoll = 2 * time.Millisecond
+
+// compatStarter sends tasks the Python adapter's way (no reply_to, a
+// PENDING record on rayserve-result-<id>) and polls each result channel.
+func (p *producers) compatStarter(m *benchModel, queue string) starter {
+	return func(ctx, wctx context.Context, pi, n int, fin func(error)) error {
+		c := p.clients[pi%len(p.clients)]
+		in := make([][]runtime.Tensor, n)
+		for i := range in {
+			in[i] = m.input()
+		}
+		ids, err := c.EnqueueMany(ctx, m.cfg.Name, in, client.WithQueue(queue), client.WithCompat())
+		var be *mq.BatchError
+		if err != nil && !errors.As(err, &be) {
+			return err
+		}
+		for i, id := range ids {
+			if be != nil && i < len(be.Errs) && be.Errs[i] != nil {
+				fin(fmt.Errorf("send: %w", be.Errs[i]))
+				continue
+			}
+			go func() {
+				t := time.NewTicker(adapterPoll)
+				defer t.Stop()
+				for {
+					rec, err := c.Status(wctx, id)
+					switch {
+					case wctx.Err() != nil:
+						fin(fmt.Errorf("%w: task %s", errLost, id))
+						return
+					case err != nil:
+						fin(err)
+						return
+					case rec.Status.Terminal():
+						fin(m.check.record(id, rec))
+						return
+					}
+					select {
+					case <-wctx.Done():
+					case <-t.C:
+					}
+				}
+			}()
+		}
+		return nil
+	}
+}
+
+// brokerWorker is the broker mode's zero-work worker: one poller on the
+// queue, for each task a canned result record on its reply channel, then
+// the ack. It is what inferq does around inference, without inference.
+type brokerWorker struct {
+	conn   *mq.Conn
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func startBrokerWorker(addr, clientID, queue string, m *benchModel, pollMax int, log *slog.Logger) (*brokerWorker, error) {
+	conn, err := mq.Dial(context.Background(), mq.Config{Address: addr, ClientID: clientID, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	w := &brokerWorker{conn: conn, done: make(chan error, 1)}
+	ctx, cancel := context.WithCancel(context.Background())
+	w.cancel = cancel
+	sem := make(chan struct{}, 128) // writers, like serve's --result-writers
+	p, err := conn.NewPoller(mq.PollerConfig{
+		Channel: queue, MaxItems: pollMax, DrainTimeout: 5 * time.Second,
+		Deliver: func(ctx context.Context, batch []*mq.Message) error {
+			for _, msg := range batch {
+				select {
+				case sem <- struct{}{}:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+				go func() {
+					defer func() { <-sem }()
+					w.answer(ctx, msg, m)
+				}()
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		cancel()
+		_ = conn.Close()
+		return nil, err
+	}
+	go func() { w.done <- p.Run(ctx) }()
+	// Ready once the poller's stream is warm (trap 3), as a server.
+	deadline := time.Now().Add(30 * time.Second)
+	for !p.Up() {
+		if time.Now().After(deadline) {
+			_ = w.close()
+			return nil, fmt.Errorf("bench: broker worker not ready after 30s on %s", addr)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return w, nil
+}
+
+func (w *brokerWorker) answer(ctx context.Context, msg *mq.Message, m *benchModel) {
+	now := time.Now()
+	rec := &task.Record{TaskID: msg.Tags[task.TagTaskID], Status: task.StatusSuccess, Result: m.canned, Binary: m.cannedBin,
+		CreatedAt: msg.Timestamp, CompletedAt: now, Worker: "bench-broker", Attempts: 1}
+	body, tags := rec.Encode()
+	if err := w.conn.SendEventStore(ctx, msg.Tags[task.TagReplyTo], body, tags); err != nil {
+		_ = msg.NAck()
+		return
+	}
+	_ = msg.Ack()
+}
+
+func (w *brokerWorker) close() error {
+	w.cancel()
+	err := <-w.done
+	return errors.Join(err, w.conn.Close())
+}
+
+// serverSpec is an in-process inferq server: serve's pieces (mq, results,
+// consumer, runtime batchers) over the bench's sessions.
+type serverSpec struct {
+	addr     string
+	clientID string
+	busy     *benchModel
+	queue    string // the busy model's queue
+	bs       int
+	idle     []*benchModel // served on their own queues, sent nothing
+	// adapter makes the busy model run like the Python adapter: one task
+	// at a time, poll size 1, no batching.
+	adapter bool
+	servers int
+	log     *slog.Logger
+}
+
+// benchServer is one or more in-process servers on the same queues.
+type benchServer struct {
+	counter *batchCounter
+	stops   []func() error
+	srvs    []*consumer.Server
+}
+
+func startServers(ctx context.Context, spec serverSpec) (*benchServer, error) {
+	bs := &benchServer{counter: &batchCounter{}}
+	for i := range max(spec.servers, 1) {
+		if err := bs.startOne(spec, i); err != nil {
+			_ = bs.close()
+			return nil, err
+		}
+	}
+	// Ready: every poller reached the broker.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ready := true
+		for _, s := range bs.srvs {
+			ready = ready && s.Ready()
+		}
+		if ready {
+			return bs, nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			_ = bs.close()
+			return nil, fmt.Errorf("bench: server not ready after 30s on broker %s", spec.addr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (bs *benchServer) startOne(spec serverSpec, i int) error {
+	log := spec.log
+	conn, err := mq.Dial(context.Background(), mq.Config{Address: spec.addr, ClientID: fmt.Sprintf("%s-s%d", spec.clientID, i), Logger: log})
+	if err != nil {
+		return err
+	}
+	store, err := results.New(results.Config{Broker: consumer.ResultsBroker(conn), Logger: log})
+	if err != nil {
+		_ = conn.Close()
+		return err
+	}
+	met, err := consumer.NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		_ = conn.Close()
+		return err
+	}
+	var cms []consumer.Model
+	var batchers []*runtime.Batcher
+	add := func(m *benchModel, queue string, bsize, conc int, bc *batchCounter) error {
+		b, err := newBatcher(m, bsize, conc, bc, log)
+		if err != nil {
+			return err
+		}
+		cfg := m.cfg
+		cfg.Queue, cfg.DLQQueue, cfg.UnprocessableQueue = queue, queue+".dlq", queue+".unprocessable"
+		cfg.Batching.MaxBatchSize, cfg.Concurrency = bsize, conc
+		cms = append(cms, consumer.Model{Config: cfg, Info: m.info, Batcher: b})
+		batchers = append(batchers, b)
+		return nil
+	}
+	conc := spec.busy.cfg.Concurrency
+	bsize := spec.bs
+	if spec.adapter {
+		conc, bsize = 1, 1
+	}
+	if err := add(spec.busy, spec.queue, bsize, conc, bs.counter); err != nil {
+		_ = conn.Close()
+		return err
+	}
+	for _, m := range spec.idle {
+		if err := add(m, spec.queue+".idle."+m.cfg.Name, m.cfg.Batching.MaxBatchSize, m.cfg.Concurrency, nil); err != nil {
+			_ = conn.Close()
+			return err
+		}
+	}
+	ccfg := consumer.Config{
+		Broker: conn, Store: store, Models: cms, Metrics: met, Logger: log, Worker: "bench",
+		IntakeWorkers: 2, Writers: 128, PollMaxItems: 128, DrainTimeout: 5 * time.Second,
+	}
+	if spec.adapter {
+		ccfg.IntakeWorkers, ccfg.Writers, ccfg.PollMaxItems, ccfg.MaxInFlight = 1, 1, 1, 1
+	}
+	srv, err := consumer.New(ccfg)
+	if err != nil {
+		_ = conn.Close()
+		return err
+	}
+	back, stopBack := context.WithCancel(context.Background())
+	sctx, stopSrv := context.WithCancel(context.Background())
+	var bg errgroup.Group
+	for _, b := range batchers {
+		bg.Go(func() error { return b.Run(back) })
+	}
+	bg.Go(func() error { return store.Run(back) })
+	srvDone := make(chan error, 1)
+	go func() { srvDone <- srv.Run(sctx) }()
+	bs.srvs = append(bs.srvs, srv)
+	bs.stops = append(bs.stops, func() error {
+		stopSrv()
+		err := <-srvDone
+		stopBack()
+		err = errors.Join(err, bg.Wait())
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return errors.Join(err, store.Close(cctx), conn.Close())
+	})
+	return nil
+}
+
+func (bs *benchServer) fill() (int64, int64) {
+	return bs.counter.batches.Load(), bs.counter.rows.Load()
+}
+
+func (bs *benchServer) close() error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(bs.stops))
+	for i, stop := range bs.stops {
+		wg.Go(func() { errs[i] = stop() })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// queryStarter sends each task as a sync query (client.Query) on queue
+// and verifies the response.
+func (p *producers) queryStarter(m *benchModel, queue string, timeout time.Duration) starter {
+	return func(ctx, wctx context.Context, pi, n int, fin func(error)) error {
+		c := p.clients[pi%len(p.clients)]
+		for range n {
+			go func() { fin(queryOnce(wctx, c, m, queue, timeout)) }()
+		}
+		return nil
+	}
+}
+
+func queryOnce(ctx context.Context, c *client.Client, m *benchModel, queue string, timeout time.Duration) error {
+	resp, err := c.Query(ctx, m.cfg.Name, m.input(), timeout, client.WithQueue(queue))
+	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w: query: %w", errLost, err)
+		}
+		return err
+	}
+	return m.check.tensors(resp.Tensors())
+}

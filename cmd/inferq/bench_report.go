@@ -1,0 +1,579 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	goruntime "runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+)
+
+// benchRow is the samples of one model, device, mode and batch size,
+// summarised: medians over --repeat, and the spread of the rate.
+type benchRow struct {
+	Model       string  `json:"model"`
+	Device      string  `json:"device"`
+	Mode        string  `json:"mode"`
+	BatchSize   int     `json:"batch_size"`
+	Samples     int     `json:"samples"`
+	TasksPerS   float64 `json:"tasks_per_second"`
+	Spread      float64 `json:"tasks_per_second_spread"`
+	P50         float64 `json:"latency_p50_ms"`
+	P95         float64 `json:"latency_p95_ms"`
+	P99         float64 `json:"latency_p99_ms"`
+	MeanBatch   float64 `json:"mean_batch_rows"`
+	CPUCores    float64 `json:"cpu_cores"`
+	RSSMax      uint64  `json:"rss_max_bytes"`
+	RSSGrowth   uint64  `json:"rss_growth_bytes"`
+	XDirect     float64 `json:"x_direct"`
+	XBroker     float64 `json:"x_broker"`
+	OK          int     `json:"ok"`
+	Errors      int     `json:"errors"`
+	Lost        int     `json:"lost"`
+	Unavailable string  `json:"unavailable,omitempty"`
+}
+
+// benchReport collects the samples of a run and writes the table, the
+// JSON file and the plot.
+type benchReport struct {
+	b       *bencher
+	groups  []string // model/device, in run order
+	samples []benchSample
+}
+
+func newBenchReport(b *bencher, busy, _ []*benchModel) *benchReport {
+	r := &benchReport{b: b}
+	for _, m := range busy {
+		r.groups = append(r.groups, m.cfg.Name+"/"+m.device)
+	}
+	return r
+}
+
+func (r *benchReport) add(s benchSample) { r.samples = append(r.samples, s) }
+
+// rows aggregates the samples, in run order, with the ratios filled in.
+func (r *benchReport) rows() []benchRow {
+	type key struct {
+		model, device, mode string
+		bs                  int
+	}
+	var order []key
+	by := map[key][]benchSample{}
+	for _, s := range r.samples {
+		k := key{s.Model, s.Device, s.Mode, s.BatchSize}
+		if _, ok := by[k]; !ok {
+			order = append(order, k)
+		}
+		by[k] = append(by[k], s)
+	}
+	slices.SortStableFunc(order, func(a, b key) int {
+		if a.model != b.model || a.device != b.device {
+			return 0
+		}
+		if d := slices.Index(allModes, a.mode) - slices.Index(allModes, b.mode); d != 0 {
+			return d
+		}
+		return a.bs - b.bs
+	})
+	rows := make([]benchRow, 0, len(order))
+	for _, k := range order {
+		ss := by[k]
+		row := benchRow{Model: k.model, Device: k.device, Mode: k.mode, BatchSize: k.bs}
+		var tps, p50, p95, p99, fill, cpu []float64
+		for _, s := range ss {
+			row.OK, row.Errors, row.Lost = row.OK+s.OK, row.Errors+s.Errors, row.Lost+s.Lost
+			if s.Unavailable != "" {
+				row.Unavailable = s.Unavailable
+				continue
+			}
+			row.Samples++
+			tps = append(tps, s.TasksPerS)
+			p50, p95, p99 = append(p50, s.Latency.P50), append(p95, s.Latency.P95), append(p99, s.Latency.P99)
+			if s.Batches > 0 {
+				fill = append(fill, s.MeanBatch)
+			}
+			cpu = append(cpu, s.Usage.CPUCores)
+			row.RSSMax = max(row.RSSMax, s.Usage.RSSMax)
+			if s.Usage.RSSMax > s.Usage.RSSStart {
+				row.RSSGrowth = max(row.RSSGrowth, s.Usage.RSSMax-s.Usage.RSSStart)
+			}
+		}
+		row.TasksPerS, row.Spread = median(tps), spread(tps)
+		row.P50, row.P95, row.P99 = median(p50), median(p95), median(p99)
+		row.MeanBatch, row.CPUCores = median(fill), median(cpu)
+		rows = append(rows, row)
+	}
+	find := func(model, device, mode string, bs int) float64 {
+		best := math.NaN()
+		for _, x := range rows {
+			if x.Model == model && x.Device == device && x.Mode == mode && (bs < 0 || x.BatchSize == bs) && !math.IsNaN(x.TasksPerS) {
+				if math.IsNaN(best) || x.TasksPerS > best {
+					best = x.TasksPerS
+				}
+			}
+		}
+		return best
+	}
+	for i := range rows {
+		x := &rows[i]
+		bs := x.BatchSize
+		if !batchBound(x.Mode) {
+			bs = -1 // against the best direct run
+		}
+		x.XDirect = ratio(x.TasksPerS, find(x.Model, x.Device, modeDirect, bs))
+		x.XBroker = ratio(x.TasksPerS, find(x.Model, x.Device, modeBroker, -1))
+	}
+	return rows
+}
+
+func fnum(v float64, prec int) string {
+	if math.IsNaN(v) {
+		return "-"
+	}
+	return fmt.Sprintf("%.*f", prec, v)
+}
+
+func frate(v float64) string {
+	if math.IsNaN(v) {
+		return "-"
+	}
+	if v >= 100 {
+		return fmt.Sprintf("%.0f", v)
+	}
+	return fmt.Sprintf("%.1f", v)
+}
+
+// write prints the tables, the targets and the verdict line to w, writes
+// the JSON and the plot, and returns an error when a task was lost or
+// failed its check, or a mode could not run.
+func (r *benchReport) write(w io.Writer) error {
+	rows := r.rows()
+	b := r.b
+	where := "embedded broker (in process)"
+	if !b.embedded {
+		where = "broker " + b.addr
+	}
+	load := fmt.Sprintf("%d producers x %d in flight, sends of %d", b.f.producers, b.f.inflight, b.f.sendBatch)
+	length := fmt.Sprintf("%v per sample after %v warm-up", b.f.duration, b.f.warmup)
+	if b.f.tasks > 0 {
+		length = fmt.Sprintf("%d tasks per sample after %v warm-up", b.f.tasks, b.f.warmup)
+	}
+	fmt.Fprintf(w, "inferq bench: %s, %s payload, %s, %s, %d repeat(s), %d server(s)\n",
+		where, b.f.payload, load, length, b.f.repeat, b.f.servers)
+	fmt.Fprintf(w, "machine: %d CPUs (%s), %s, %s/%s; CPU and RSS are this process's (server, producers%s); +rss: grown during the sample\n",
+		goruntime.NumCPU(), cpuModel(), fmtBytes(memTotal()), goruntime.GOOS, goruntime.GOARCH, map[bool]string{true: ", broker", false: ""}[b.embedded])
+	if len(b.f.idle) > 0 {
+		fmt.Fprintf(w, "idle models served beside the busy one: %s\n", strings.Join(b.f.idle, ", "))
+	}
+	for _, g := range r.groups {
+		fmt.Fprintf(w, "\n%s\n", g)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "mode\tbatch\ttasks/s\tspread\tp50 ms\tp95 ms\tp99 ms\tfill\tcpu\trss MiB\t+rss\tx direct\tx broker\tok\terrors\tlost\t")
+		for _, x := range rows {
+			if x.Model+"/"+x.Device != g {
+				continue
+			}
+			batch := "-"
+			if x.BatchSize > 0 {
+				batch = fmt.Sprint(x.BatchSize)
+			}
+			if x.Unavailable != "" {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t\t\t\t\t\t\t\t\t\t\t\t\t\t\n", x.Mode, batch, "n/a")
+				continue
+			}
+			fill := "-"
+			if !math.IsNaN(x.MeanBatch) && x.BatchSize > 0 {
+				fill = fmt.Sprintf("%.1f/%d", x.MeanBatch, x.BatchSize)
+			}
+			sp := "-"
+			if x.Samples > 1 {
+				sp = fmt.Sprintf("±%.0f%%", 50*x.Spread)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%.0f\t%s\t%s\t%d\t%d\t%d\t\n",
+				x.Mode, batch, frate(x.TasksPerS), sp, fnum(x.P50, 2), fnum(x.P95, 2), fnum(x.P99, 2), fill,
+				fnum(x.CPUCores, 2), float64(x.RSSMax)/(1<<20), float64(x.RSSGrowth)/(1<<20), fnum(x.XDirect, 2), fnum(x.XBroker, 2), x.OK, x.Errors, x.Lost)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		for _, x := range rows {
+			if x.Model+"/"+x.Device == g && x.Unavailable != "" {
+				fmt.Fprintf(w, "  %s: %s\n", x.Mode, x.Unavailable)
+			}
+		}
+		for _, line := range r.ratiosLine(rows, g) {
+			fmt.Fprintf(w, "  %s\n", line)
+		}
+	}
+	if t := r.targets(rows); len(t) > 0 {
+		fmt.Fprintf(w, "\ntargets (issue 7; stated for this 2-core machine and the embedded broker):\n")
+		for _, line := range t {
+			fmt.Fprintf(w, "  %s\n", line)
+		}
+	}
+
+	var errs []error
+	if b.f.jsonPath != "" {
+		if err := r.writeJSON(b.f.jsonPath, rows); err != nil {
+			errs = append(errs, fmt.Errorf("--json: %w", err))
+		} else {
+			fmt.Fprintf(w, "\nsamples written to %s\n", b.f.jsonPath)
+		}
+	}
+	if b.f.plotPath != "" {
+		if err := r.plot(b.f.plotPath, rows); err != nil {
+			errs = append(errs, fmt.Errorf("--plot: %w", err))
+		} else {
+			fmt.Fprintf(w, "plot written to %s\n", b.f.plotPath)
+		}
+	}
+
+	ok, bad, lost, sent := 0, 0, 0, 0
+	var firstErr, unavailable string
+	var lostIn []string
+	for _, s := range r.samples {
+		ok, bad, lost, sent = ok+s.OK, bad+s.Errors, lost+s.Lost, sent+s.Sent
+		if firstErr == "" && len(s.Errs) > 0 {
+			firstErr = fmt.Sprintf("%s/%s %s b=%d: %s", s.Model, s.Device, s.Mode, s.BatchSize, s.Errs[0])
+		}
+		if s.Lost > 0 {
+			lostIn = append(lostIn, fmt.Sprintf("%d in %s/%s %s b=%d", s.Lost, s.Model, s.Device, s.Mode, s.BatchSize))
+		}
+		if s.Unavailable != "" && unavailable == "" {
+			unavailable = fmt.Sprintf("%s/%s %s: %s", s.Model, s.Device, s.Mode, s.Unavailable)
+		}
+	}
+	fmt.Fprintln(w)
+	switch {
+	case lost > 0:
+		fmt.Fprintf(w, "FAIL: %d of %d tasks LOST (%s); %d verified, %d errors\n", lost, sent, strings.Join(lostIn, ", "), ok, bad)
+		errs = append(errs, fmt.Errorf("%d tasks lost", lost))
+	case bad > 0:
+		fmt.Fprintf(w, "FAIL: %d tasks failed or failed their check (first: %s); %d verified, 0 lost\n", bad, firstErr, ok)
+		errs = append(errs, fmt.Errorf("%d tasks failed", bad))
+	case unavailable != "":
+		fmt.Fprintf(w, "INCOMPLETE: %s; %d results verified, 0 errors, 0 lost\n", unavailable, ok)
+		errs = append(errs, errors.New("a mode could not run"))
+	default:
+		fmt.Fprintf(w, "OK: %d results verified (task id, SUCCESS, output shape, mlp probabilities sum to 1), 0 errors, 0 lost\n", ok)
+	}
+	return errors.Join(errs...)
+}
+
+// ratiosLine states queue against adapter for a group, the comparison
+// the batching and pipelining are for.
+func (r *benchReport) ratiosLine(rows []benchRow, g string) []string {
+	best := func(mode string) (float64, int) {
+		v, bs := math.NaN(), 0
+		for _, x := range rows {
+			if x.Model+"/"+x.Device == g && x.Mode == mode && !math.IsNaN(x.TasksPerS) && (math.IsNaN(v) || x.TasksPerS > v) {
+				v, bs = x.TasksPerS, x.BatchSize
+			}
+		}
+		return v, bs
+	}
+	q, qbs := best(modeQueue)
+	ad, _ := best(modeAdapter)
+	if math.IsNaN(q) || math.IsNaN(ad) {
+		return nil
+	}
+	return []string{fmt.Sprintf("queue (b=%d) is %.1fx adapter", qbs, q/ad)}
+}
+
+// targets reports the issue's targets that this run measured.
+func (r *benchReport) targets(rows []benchRow) []string {
+	var out []string
+	verdict := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		return "MISSED"
+	}
+	get := func(model, mode string, bs int) *benchRow {
+		var best *benchRow
+		for i := range rows {
+			x := &rows[i]
+			if x.Model == model && x.Mode == mode && (bs < 0 || x.BatchSize == bs) && !math.IsNaN(x.TasksPerS) &&
+				(best == nil || x.TasksPerS > best.TasksPerS) {
+				best = x
+			}
+		}
+		return best
+	}
+	light := r.b.f.producers*r.b.f.inflight == 1
+	if q := get("mlp", modeQueue, -1); q != nil {
+		if !light {
+			out = append(out, fmt.Sprintf("mlp queue >= 15000 tasks/s: %.0f at b=%d on %s: %s", q.TasksPerS, q.BatchSize, q.Device, verdict(q.TasksPerS >= 15000)))
+		}
+		if ad := get("mlp", modeAdapter, -1); ad != nil && !light {
+			x := q.TasksPerS / ad.TasksPerS
+			out = append(out, fmt.Sprintf("mlp queue >= 25x adapter: %.1fx: %s", x, verdict(x >= 25)))
+		}
+		if light {
+			out = append(out, fmt.Sprintf("light-load p50 <= 3 ms (mlp queue, one task at a time): %.2f ms: %s", q.P50, verdict(q.P50 <= 3)))
+		} else {
+			out = append(out, "light-load p50 <= 3 ms: measured with --producers 1 --inflight 1 (see BENCHMARKS.md)")
+		}
+	}
+	if r.b.plan.binary {
+		for _, x := range rows {
+			if x.Model == "resnet18" && x.Mode == modeQueue && !math.IsNaN(x.XDirect) {
+				out = append(out, fmt.Sprintf("resnet18 queue (binary) >= 0.9x direct: %.2fx at b=%d on %s: %s", x.XDirect, x.BatchSize, x.Device, verdict(x.XDirect >= 0.9)))
+			}
+		}
+	}
+	return out
+}
+
+func fmtBytes(n uint64) string {
+	if n == 0 {
+		return "memory unknown"
+	}
+	return fmt.Sprintf("%.1f GiB memory", float64(n)/(1<<30))
+}
+
+// benchJSON is the --json file.
+type benchJSON struct {
+	Started time.Time      `json:"started"`
+	Machine map[string]any `json:"machine"`
+	Params  map[string]any `json:"params"`
+	Rows    []jsonRow      `json:"rows"`
+	Samples []benchSample  `json:"samples"`
+}
+
+// jsonRow is a benchRow whose NaNs (no such ratio) are nulls.
+type jsonRow struct {
+	benchRow
+	Spread  *float64 `json:"tasks_per_second_spread"`
+	XDirect *float64 `json:"x_direct"`
+	XBroker *float64 `json:"x_broker"`
+	P50     *float64 `json:"latency_p50_ms"`
+	P95     *float64 `json:"latency_p95_ms"`
+	P99     *float64 `json:"latency_p99_ms"`
+	Fill    *float64 `json:"mean_batch_rows"`
+	CPU     *float64 `json:"cpu_cores"`
+	Rate    *float64 `json:"tasks_per_second"`
+}
+
+func nullable(v float64) *float64 {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return nil
+	}
+	return &v
+}
+
+func (r *benchReport) writeJSON(path string, rows []benchRow) error {
+	b := r.b
+	out := benchJSON{
+		Started: time.Now(),
+		Machine: map[string]any{"cpus": goruntime.NumCPU(), "cpu_model": cpuModel(), "memory_bytes": memTotal(),
+			"os": goruntime.GOOS, "arch": goruntime.GOARCH, "go": goruntime.Version()},
+		Params: map[string]any{"broker": b.addr, "embedded_broker": b.embedded, "modes": b.plan.modes, "models": b.f.models,
+			"idle_models": b.f.idle, "payload": b.f.payload, "producers": b.f.producers, "inflight": b.f.inflight,
+			"send_batch": b.f.sendBatch, "duration_s": b.f.duration.Seconds(), "tasks": b.f.tasks, "warmup_s": b.f.warmup.Seconds(),
+			"repeat": b.f.repeat, "servers": b.f.servers, "adapter_max_tasks": b.f.adapterMax},
+		Samples: r.samples,
+	}
+	for _, x := range rows {
+		out.Rows = append(out.Rows, jsonRow{benchRow: x, Spread: nullable(x.Spread), XDirect: nullable(x.XDirect), XBroker: nullable(x.XBroker),
+			P50: nullable(x.P50), P95: nullable(x.P95), P99: nullable(x.P99), Fill: nullable(x.MeanBatch), CPU: nullable(x.CPUCores),
+			Rate: nullable(x.TasksPerS)})
+	}
+	for i := range out.Samples {
+		if out.Samples[i].LatenciesUS == nil {
+			out.Samples[i].LatenciesUS = []int64{}
+		}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(f)
+	if err := enc.Encode(out); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// plot draws two panels, throughput and p99 latency against
+// max_batch_size, one line per model/device and mode; the modes without a
+// batcher (broker, adapter) are dashed horizontal lines.
+func (r *benchReport) plot(path string, rows []benchRow) error {
+	tp, lp := plot.New(), plot.New()
+	tp.Title.Text, lp.Title.Text = "throughput", "p99 latency"
+	tp.Y.Label.Text, lp.Y.Label.Text = "tasks/s", "ms"
+	for _, p := range []*plot.Plot{tp, lp} {
+		p.X.Label.Text = "max_batch_size"
+		p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
+		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+		p.Legend.Top, p.Legend.Left = true, true
+		p.Add(plotter.NewGrid())
+	}
+	var sizes []float64
+	for _, x := range rows {
+		if batchBound(x.Mode) && !slices.Contains(sizes, float64(x.BatchSize)) {
+			sizes = append(sizes, float64(x.BatchSize))
+		}
+	}
+	slices.Sort(sizes)
+	lo, hi := 1.0, 64.0
+	if len(sizes) > 0 {
+		lo, hi = sizes[0], sizes[len(sizes)-1]
+	}
+	if lo == hi {
+		lo, hi = lo/2, hi*2
+	}
+	var ticks []plot.Tick
+	for _, s := range sizes {
+		ticks = append(ticks, plot.Tick{Value: s, Label: fmt.Sprint(s)})
+	}
+	if len(ticks) > 0 {
+		tp.X.Tick.Marker, lp.X.Tick.Marker = plot.ConstantTicks(ticks), plot.ConstantTicks(ticks)
+	}
+	series := 0
+	for _, g := range r.groups {
+		for _, mode := range allModes {
+			var tps, p99 plotter.XYs
+			for _, x := range rows {
+				if x.Model+"/"+x.Device != g || x.Mode != mode || math.IsNaN(x.TasksPerS) || x.TasksPerS <= 0 {
+					continue
+				}
+				if batchBound(mode) {
+					tps = append(tps, plotter.XY{X: float64(x.BatchSize), Y: x.TasksPerS})
+					p99 = append(p99, plotter.XY{X: float64(x.BatchSize), Y: max(x.P99, 0.01)})
+				} else {
+					tps = append(tps, plotter.XY{X: lo, Y: x.TasksPerS}, plotter.XY{X: hi, Y: x.TasksPerS})
+					p99 = append(p99, plotter.XY{X: lo, Y: max(x.P99, 0.01)}, plotter.XY{X: hi, Y: max(x.P99, 0.01)})
+				}
+			}
+			if len(tps) == 0 {
+				continue
+			}
+			name := mode
+			if len(r.groups) > 1 {
+				name = g + " " + mode
+			}
+			for i, pl := range []*plot.Plot{tp, lp} {
+				xys := []plotter.XYs{tps, p99}[i]
+				l, s, err := plotter.NewLinePoints(xys)
+				if err != nil {
+					return err
+				}
+				c := plotutil.Color(series)
+				l.Color, s.Color = c, c
+				s.Shape = plotutil.Shape(series)
+				if !batchBound(mode) {
+					l.Dashes = []vg.Length{vg.Points(6), vg.Points(3)}
+					s.Radius = 0
+				}
+				pl.Add(l, s)
+				pl.Legend.Add(name, l, s)
+			}
+			series++
+		}
+	}
+	for _, p := range []*plot.Plot{tp, lp} {
+		p.Y.Max *= 4 // room for the legend above the lines
+		p.Y.Min /= 1.5
+	}
+	img := vgimg.New(vg.Points(900), vg.Points(420))
+	dc := draw.New(img)
+	tiles := draw.Tiles{Rows: 1, Cols: 2, PadX: vg.Points(20), PadY: vg.Points(10), PadTop: vg.Points(10), PadBottom: vg.Points(10), PadLeft: vg.Points(10), PadRight: vg.Points(10)}
+	cs := plot.Align([][]*plot.Plot{{tp, lp}}, tiles, dc)
+	tp.Draw(cs[0][0])
+	lp.Draw(cs[0][1])
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// benchProgress is the progress bar on stderr, shown only when stderr is a
+// terminal. Its methods are safe for concurrent use and do nothing when
+// the bar is off.
+type benchProgress struct {
+	bar   *progressbar.ProgressBar
+	mu    sync.Mutex
+	desc  string
+	tasks atomic.Int64
+	stop  chan struct{}
+	wg    sync.WaitGroup
+}
+
+func newBenchProgress(w io.Writer, samples int) *benchProgress {
+	p := &benchProgress{stop: make(chan struct{})}
+	f, ok := w.(*os.File)
+	if !ok || !term.IsTerminal(int(f.Fd())) {
+		return p
+	}
+	p.bar = progressbar.NewOptions(samples,
+		progressbar.OptionSetWriter(w), progressbar.OptionShowCount(), progressbar.OptionSetWidth(24),
+		progressbar.OptionSetPredictTime(true), progressbar.OptionThrottle(100*time.Millisecond),
+		progressbar.OptionClearOnFinish(), progressbar.OptionSetElapsedTime(true))
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-p.stop:
+				return
+			case <-t.C:
+				p.mu.Lock()
+				d := p.desc
+				p.mu.Unlock()
+				p.bar.Describe(fmt.Sprintf("%s: %d tasks", d, p.tasks.Load()))
+			}
+		}
+	}()
+	return p
+}
+
+func (p *benchProgress) describe(d string) {
+	p.mu.Lock()
+	p.desc = d
+	p.mu.Unlock()
+	p.tasks.Store(0)
+}
+
+func (p *benchProgress) add(n int) { p.tasks.Add(int64(n)) }
+
+func (p *benchProgress) step() {
+	if p.bar != nil {
+		_ = p.bar.Add(1)
+	}
+}
+
+func (p *benchProgress) finish() {
+	if p.bar == nil {
+		return
+	}
+	close(p.stop)
+	p.wg.Wait()
+	_ = p.bar.Finish()
+	_ = p.bar.Clear()
+}
