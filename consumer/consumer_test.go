@@ -406,7 +406,8 @@ func TestAdapterCompatResultChannel(t *testing.T) { forBrokers(t, testAdapterCom
 
 func testAdapterCompatResultChannel(t *testing.T, on brokerOpt) {
 	h := newHarness(t, on, on)
-	const id = "4f0c1d7e-0000-4000-8000-000000000001"
+	// Unique per run: a real broker keeps the channel and its records.
+	id := fmt.Sprintf("4f0c1d7e-0000-4000-8000-%012d", time.Now().UnixNano()%1e12)
 	ch := "rayserve-result-" + id
 	pending, _ := (&task.Record{TaskID: id, Status: task.StatusPending, CreatedAt: time.Now()}).Encode()
 	body := []byte(`{"task_id":"` + id + `","task_name":"m","args":[[1.5,2,3,4]],"kwargs":{},"created_at":"` + task.FormatTime(time.Now()) + `"}`)
