@@ -431,6 +431,7 @@ func (c *Client) send(ctx context.Context, o *enqueueOptions, model string, ids 
 	if o.compat {
 		per = 2
 	}
+	o.traceFrom(ctx)
 	msgs := make([]mq.OutMessage, 0, per*len(ids))
 	for i, id := range ids {
 		m, err := c.build(o, id, model, inputs[i])

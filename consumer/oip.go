@@ -15,7 +15,6 @@ import (
 
 	"github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/task"
-	"go.opentelemetry.io/otel/propagation"
 )
 
 // The Open Inference Protocol (KServe v2, Triton's HTTP API) over HTTP:
@@ -149,7 +148,7 @@ func (o *oip) infer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name := m.Config.Name
-	sp := o.s.trace.startHTTP(SpanHTTP, propagation.HeaderCarrier(r.Header), start, AttrModel.String(name))
+	sp := o.s.trace.http(r.Header, name, start)
 	res := o.read(w, r, m)
 	if res.code == 0 {
 		res = o.s.oipInfer(r.Context(), m, res.body, r.Header.Get(HeaderInferenceLength), sp)

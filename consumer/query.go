@@ -13,7 +13,6 @@ import (
 	"github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/task"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // DefaultQueryGroup is the query subscription group of every server, so
@@ -82,8 +81,7 @@ func (s *Server) query(ctx context.Context, q *queue, req *mq.QueryRequest) (res
 	if t == nil {
 		return fail(OutcomeUnprocessable, fmt.Errorf("undecodable query: %w", err))
 	}
-	sp := s.trace.start(SpanQuery, trace.SpanKindServer, t.TraceParent, req.Received,
-		AttrModel.String(t.Name), attrSystem, attrDestination.String(q.name), attrMessageID.String(req.ID))
+	sp := s.trace.query(q.name, req, t)
 	defer func() {
 		var err error
 		if resp.Status != task.StatusSuccess {
@@ -139,7 +137,7 @@ func (s *Server) runSync(ctx context.Context, m *Model, item runtime.Item, sp *s
 		done <- r
 	}
 	if sp != nil {
-		req.Started = func() { sp.next(SpanInfer, AttrBatchSize.Int(req.BatchItems)) }
+		req.Started = func() { sp.infer(req.BatchItems) }
 	}
 	sp.next(SpanBatch)
 	if err := m.Batcher.Enqueue(ctx, req); err != nil {

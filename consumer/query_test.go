@@ -3,6 +3,8 @@ package consumer_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,6 +42,10 @@ func (r *gatedRunner) RunBatch(ctx context.Context, items []runtime.Item) []runt
 	for i, it := range items {
 		x, _ := runtime.Values[float32](it.Inputs[0])
 		keys = append(keys, x[1])
+		if len(it.Outputs) > 0 && (len(it.Outputs) != 1 || it.Outputs[0] != "y") {
+			res[i].Err = fmt.Errorf("%w: outputs %q: the model has y", runtime.ErrInvalidInput, it.Outputs)
+			continue
+		}
 		res[i] = r.f.run(it)
 	}
 	r.mu.Lock()
@@ -57,9 +63,10 @@ func (r *gatedRunner) ran() []float32 {
 
 // newBatcher starts a real batcher over r, stopped at cleanup (after the
 // harness's consumer when created before it).
-func newBatcher(t *testing.T, r runtime.Runner, maxBatch int) *runtime.Batcher {
+func newBatcher(t testing.TB, r runtime.Runner, maxBatch int) *runtime.Batcher {
 	t.Helper()
-	b, err := runtime.NewBatcher(runtime.BatcherConfig{Name: testModel, Policy: runtime.BatchPolicy{MaxBatchSize: maxBatch}, Runners: []runtime.Runner{r}})
+	b, err := runtime.NewBatcher(runtime.BatcherConfig{Name: testModel, Policy: runtime.BatchPolicy{MaxBatchSize: maxBatch},
+		Runners: []runtime.Runner{r}, QueueSize: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +216,7 @@ func TestQueryErrors(t *testing.T) {
 		{"unknown model", string(queryBody("nope", 1, 1)), consumer.OutcomeUnknownModel, "",
 			[]string{`unknown model "nope"`, `"m"`}},
 		{"bad shape", `{"task_name":"m","args":[[1,2,3]],"kwargs":{}}`, consumer.OutcomeBadInput, testModel,
-			[]string{`input "x"`, "[3]"}},
+			[]string{`input "x"`, "[1,3]"}},
 		{"bad datatype", `{"task_name":"m","kwargs":{"inputs":[{"name":"x","shape":[1,4],"datatype":"INT64","data":[1,2,3,4]}]}}`,
 			consumer.OutcomeBadInput, testModel, []string{`input "x"`, "INT64", "FP32"}},
 		{"inference failure", string(queryBody(testModel, 1000, 5)), consumer.OutcomeFailure, testModel,
@@ -243,6 +250,9 @@ func TestQueryTimeoutAndPriority(t *testing.T) {
 	r := &gatedRunner{f: newFakeBatcher(), gate: make(chan struct{})}
 	b := newBatcher(t, r, 1)
 	h := newHarness(t, withBatcher(b))
+	var release sync.Once
+	open := func() { release.Do(func() { close(r.gate) }) }
+	t.Cleanup(open) // before the harness stops: it waits for the runs
 	h.waitQueries() // "ping" is an unknown model: nothing runs
 
 	// Task 1 holds the only run slot; tasks 2..4 wait in the batcher.
@@ -265,6 +275,7 @@ func TestQueryTimeoutAndPriority(t *testing.T) {
 
 	// A query sent now runs right after task 1, ahead of tasks 2..4.
 	answered := make(chan error, 1)
+	queued := b.Queued()
 	go func() {
 		resp, err := h.query(queryBody(testModel, 1, 99), nil, 10*time.Second)
 		if err == nil && resp.Status != task.StatusSuccess {
@@ -272,23 +283,22 @@ func TestQueryTimeoutAndPriority(t *testing.T) {
 		}
 		answered <- err
 	}()
-	waitFor(t, 10*time.Second, "the query to queue", func() bool { return b.Queued() == 5 })
-	close(r.gate)
+	waitFor(t, 10*time.Second, "the query to queue", func() bool { return b.Queued() > queued })
+	open()
 	if err := <-answered; err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"t1", "t2", "t3", "t4"} {
 		h.record(id)
 	}
+	// Tasks 2..4 come through parallel intake workers: any order.
 	got := r.ran()
-	want := []float32{1, 99, 2, 3, 4}
-	if len(got) != len(want) {
-		t.Fatalf("run order %v, want %v (the expired query 77 must not run)", got, want)
+	if len(got) != 5 {
+		t.Fatalf("runs %v, want 1, 99, then 2..4 (the expired query 77 must not run)", got)
 	}
-	for i := range got {
-		if got[i] != want[i] {
-			t.Fatalf("run order %v, want %v (the expired query 77 must not run)", got, want)
-		}
+	slices.Sort(got[2:])
+	if !slices.Equal(got, []float32{1, 99, 2, 3, 4}) {
+		t.Fatalf("run order %v, want 1, 99, then 2..4 (the expired query 77 must not run)", got)
 	}
 }
 
@@ -297,6 +307,7 @@ func TestQueryTimeoutAndPriority(t *testing.T) {
 func TestQueryTwoServersOneGroup(t *testing.T) {
 	r1 := &gatedRunner{f: newFakeBatcher()}
 	h := newHarness(t, withBatcher(newBatcher(t, r1, 8)))
+	h.waitQueries()
 	r2 := &gatedRunner{f: newFakeBatcher()}
 	startSecond(t, h, newBatcher(t, r2, 8))
 
@@ -423,33 +434,39 @@ func TestProgressSequence(t *testing.T) {
 	t.Run("success", func(t *testing.T) {
 		h.send("t1", 1, 1)
 		got := progressOf(t, ch, "t1", stored)
-		want := []task.Progress{{"t1", consumer.PctReceived, "received"}, {"t1", consumer.PctRunning, "running: batch of 1"},
-			{"t1", consumer.PctStored, "stored"}}
+		want := []step{{consumer.PctReceived, "received"}, {consumer.PctRunning, "running: batch of 1"},
+			{consumer.PctStored, "stored"}}
 		checkProgress(t, got, want)
 	})
 	t.Run("retry then success", func(t *testing.T) {
 		h.send("t2", 501, 2) // fails its first attempt
 		got := progressOf(t, ch, "t2", stored)
-		want := []task.Progress{{"t2", consumer.PctReceived, "received"}, {"t2", consumer.PctRunning, "running: batch of 1"},
-			{"t2", consumer.PctRetrying, "retrying"},
-			{"t2", consumer.PctReceived, "received"}, {"t2", consumer.PctRunning, "running: batch of 1"},
-			{"t2", consumer.PctStored, "stored"}}
+		want := []step{{consumer.PctReceived, "received"}, {consumer.PctRunning, "running: batch of 1"},
+			{consumer.PctRetrying, "retrying"},
+			{consumer.PctReceived, "received"}, {consumer.PctRunning, "running: batch of 1"},
+			{consumer.PctStored, "stored"}}
 		checkProgress(t, got, want)
 	})
 	t.Run("bad input fails", func(t *testing.T) {
 		body := []byte(`{"task_id":"t3","task_name":"m","args":[[1,2]],"kwargs":{"reply_to":"` + h.reply + `"}}`)
 		h.sendMsg(mq.OutMessage{Channel: h.q, Body: body})
 		got := progressOf(t, ch, "t3", func(p task.Progress) bool { return p.Pct == consumer.PctFailed })
-		checkProgress(t, got, []task.Progress{{"t3", consumer.PctFailed, "failed"}})
+		checkProgress(t, got, []step{{consumer.PctFailed, "failed"}})
 	})
 }
 
+// step is an expected progress event: its pct and the start of its detail.
+type step struct {
+	pct    int
+	detail string
+}
+
 // checkProgress compares pct and the start of each detail.
-func checkProgress(t *testing.T, got, want []task.Progress) {
+func checkProgress(t *testing.T, got []task.Progress, want []step) {
 	t.Helper()
 	ok := len(got) == len(want)
 	for i := 0; ok && i < len(got); i++ {
-		ok = got[i].Pct == want[i].Pct && strings.HasPrefix(got[i].Detail, want[i].Detail)
+		ok = got[i].Pct == want[i].pct && strings.HasPrefix(got[i].Detail, want[i].detail)
 	}
 	if !ok {
 		t.Fatalf("progress\n got %+v\nwant %+v", got, want)

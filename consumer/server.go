@@ -449,9 +449,7 @@ func (s *Server) take(ctx context.Context, d *delivery) {
 		return
 	}
 	s.met.Inflight.WithLabelValues(model.Config.Name).Inc()
-	j.span = s.trace.start(SpanReceive, trace.SpanKindConsumer, t.TraceParent, d.received,
-		AttrTaskID.String(t.ID), AttrModel.String(model.Config.Name), AttrAttempt.Int(j.attempt),
-		attrSystem, attrDestination.String(d.q.name), attrMessageID.String(m.ID))
+	j.span = s.trace.task(d.q.name, m.ID, t, model.Config.Name, j.attempt, d.received)
 	if !t.CreatedAt.IsZero() {
 		s.met.Duration.WithLabelValues(model.Config.Name, StageQueue).Observe(d.received.Sub(t.CreatedAt).Seconds())
 	}
@@ -510,7 +508,7 @@ func (s *Server) take(ctx context.Context, d *delivery) {
 				s.log.Error("attempt journal write failed; a crash during this task would not be counted", "err", err)
 			}
 			s.pub.progress(d.q.name, t.ID, PctRunning, runningDetail(req.BatchItems))
-			j.span.next(SpanInfer, AttrBatchSize.Int(req.BatchItems))
+			j.span.infer(req.BatchItems)
 		},
 	}
 	// The batcher does not run an item whose ctx ended before its run.

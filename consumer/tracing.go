@@ -2,9 +2,12 @@ package consumer
 
 import (
 	"context"
+	"net/http"
 	"sync"
 	"time"
 
+	"github.com/inferq/inferq/mq"
+	"github.com/inferq/inferq/task"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
@@ -73,12 +76,10 @@ func (traceparentCarrier) Set(string, string) {}
 func (traceparentCarrier) Keys() []string     { return []string{"traceparent"} }
 
 // start starts a root span at at, the child of the remote span that
-// traceparent names (a new trace when it is empty or invalid). It returns
-// nil when tracing is off; every method of *span is a no-op on nil.
+// traceparent names (a new trace when it is empty or invalid). Callers
+// check t.tr first, so that no attribute is built while tracing is off;
+// every method of *span is a no-op on nil.
 func (t tracing) start(name string, kind trace.SpanKind, traceparent string, at time.Time, attrs ...attribute.KeyValue) *span {
-	if t.tr == nil {
-		return nil
-	}
 	ctx := context.Background()
 	if traceparent != "" {
 		ctx = traceContext.Extract(ctx, traceparentCarrier(traceparent))
@@ -87,13 +88,34 @@ func (t tracing) start(name string, kind trace.SpanKind, traceparent string, at 
 	return &span{tr: t.tr, ctx: ctx, root: root}
 }
 
-// startHTTP is start with the parent from the request's headers.
-func (t tracing) startHTTP(name string, h propagation.TextMapCarrier, at time.Time, attrs ...attribute.KeyValue) *span {
+// task starts the SpanReceive of a queued task (nil when off).
+func (t tracing) task(queue, msgID string, tk *task.Task, model string, attempt int, at time.Time) *span {
 	if t.tr == nil {
 		return nil
 	}
-	ctx := traceContext.Extract(context.Background(), h)
-	ctx, root := t.tr.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(at), trace.WithAttributes(attrs...))
+	return t.start(SpanReceive, trace.SpanKindConsumer, tk.TraceParent, at,
+		AttrTaskID.String(tk.ID), AttrModel.String(model), AttrAttempt.Int(attempt),
+		attrSystem, attrDestination.String(queue), attrMessageID.String(msgID))
+}
+
+// query starts the SpanQuery of a sync query (nil when off).
+func (t tracing) query(queue string, req *mq.QueryRequest, tk *task.Task) *span {
+	if t.tr == nil {
+		return nil
+	}
+	return t.start(SpanQuery, trace.SpanKindServer, tk.TraceParent, req.Received,
+		AttrModel.String(tk.Name), attrSystem, attrDestination.String(queue), attrMessageID.String(req.ID))
+}
+
+// http starts the SpanHTTP of an infer request, its parent from the
+// request's traceparent header (nil when off).
+func (t tracing) http(h http.Header, model string, at time.Time) *span {
+	if t.tr == nil {
+		return nil
+	}
+	ctx := traceContext.Extract(context.Background(), propagation.HeaderCarrier(h))
+	ctx, root := t.tr.Start(ctx, SpanHTTP, trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(at),
+		trace.WithAttributes(AttrModel.String(model)))
 	return &span{tr: t.tr, ctx: ctx, root: root}
 }
 
@@ -111,10 +133,22 @@ type span struct {
 }
 
 // next ends the open stage span, if any, and opens the stage name.
-func (s *span) next(name string, attrs ...attribute.KeyValue) {
+func (s *span) next(name string) {
 	if s == nil {
 		return
 	}
+	s.nextWith(name)
+}
+
+// infer opens the SpanInfer stage of a run of batch items.
+func (s *span) infer(batch int) {
+	if s == nil {
+		return
+	}
+	s.nextWith(SpanInfer, AttrBatchSize.Int(batch))
+}
+
+func (s *span) nextWith(name string, attrs ...attribute.KeyValue) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ended {
@@ -163,16 +197,6 @@ func (s *span) end(outcome string, err error) {
 	}
 	setError(s.root, err)
 	s.root.End()
-}
-
-// setAttributes adds attributes to the root span.
-func (s *span) setAttributes(attrs ...attribute.KeyValue) {
-	if s == nil {
-		return
-	}
-	s.mu.Lock()
-	s.root.SetAttributes(attrs...)
-	s.mu.Unlock()
 }
 
 func setError(sp trace.Span, err error) {

@@ -774,7 +774,10 @@ func (g *gatherer) dispatch(stopping bool) {
 
 // readyLimit returns the rows to cut from sg now, or 0 if it should wait.
 func (g *gatherer) readyLimit(sg *shapeGroup, now time.Time, stopping bool) int {
-	if stopping || sg.rows >= g.max || !now.Before(sg.oldest().Add(g.delay)) {
+	// A priority request (a caller waiting: a query, an HTTP infer) does
+	// not wait out the delay: its group runs at the first free slot. Under
+	// load slots are busy, so its batch still fills meanwhile.
+	if stopping || sg.rows >= g.max || sg.prio.len() > 0 || !now.Before(sg.oldest().Add(g.delay)) {
 		return g.max
 	}
 	if len(g.preferred) == 0 {

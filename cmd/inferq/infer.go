@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -48,6 +49,9 @@ type inferFlags struct {
 	identity string
 	timeout  time.Duration
 	json     bool
+	sync     bool
+	follow   bool
+	conc     int
 }
 
 func runInfer(ctx context.Context, a *app, args []string) error {
@@ -66,6 +70,12 @@ With --n 1 it prints the task's outputs (name, datatype, shape, data); with more
 it prints a summary: tasks ok and failed, tasks/s, latency p50 and p99 (from
 the task stored on the broker to its result back here). It exits 1 when a task failed or results are missing.
 
+--sync sends KubeMQ queries instead of tasks: a server of the queue answers
+each at once, ahead of queued tasks, and nothing is stored (--concurrency
+queries in flight; --timeout is each query's timeout). --follow prints the
+task's progress events (received, running, stored, retrying, failed) as they
+arrive; progress events are not stored, so some may be missed.
+
 The broker address comes from --broker, else INFERQ_BROKER_ADDRESS, else
 KUBEMQ_ADDRESS, else 127.0.0.1:50000 (auth token and TLS from the same
 variables as inferq serve).`)
@@ -81,6 +91,9 @@ variables as inferq serve).`)
 	fs.StringVar(&f.identity, "identity", "", "producer identity naming the reply channel inferq.reply.IDENTITY (default cli-HOSTNAME)")
 	fs.DurationVar(&f.timeout, "timeout", time.Minute, "give up on results not back after this long (from the start)")
 	fs.BoolVar(&f.json, "json", false, "print JSON instead of text")
+	fs.BoolVar(&f.sync, "sync", false, "synchronous inference: a KubeMQ query on the queue's channel, answered ahead of queued tasks; nothing stored")
+	fs.BoolVar(&f.follow, "follow", false, "print the task's progress events as they arrive (with --n 1, not with --sync)")
+	fs.IntVar(&f.conc, "concurrency", 1, "with --sync: queries in flight at once")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -95,6 +108,14 @@ variables as inferq serve).`)
 		return usageErrorf("--timeout %v: want a positive duration", f.timeout)
 	case len(f.shapes) > 0 && !f.random:
 		return usageErrorf("--shape goes with --random")
+	case f.sync && f.follow:
+		return usageErrorf("--follow goes with queued tasks: a --sync query sends no progress events")
+	case f.follow && f.n != 1:
+		return usageErrorf("--follow follows one task: use --n 1")
+	case f.conc < 1:
+		return usageErrorf("--concurrency %d: want at least 1", f.conc)
+	case fs.Changed("concurrency") && !f.sync:
+		return usageErrorf("--concurrency goes with --sync")
 	}
 	model := fs.Arg(0)
 	var (
@@ -175,6 +196,19 @@ func (a *app) infer(ctx context.Context, model string, inputs []runtime.Tensor, 
 	}
 	defer c.Close()
 
+	// Progress events are not stored: subscribe before the task is sent
+	// (the probe below gives the subscription time to be live).
+	var (
+		followID string
+		progress <-chan task.Progress
+	)
+	if f.follow {
+		followID = task.NewID()
+		if progress, err = c.Progress(ctx, queue, followID); err != nil {
+			return err
+		}
+	}
+
 	// The client probes its reply channel before the first send: that is
 	// where an absent broker shows.
 	rctx, rcancel := context.WithTimeout(ctx, min(f.timeout, 10*time.Second))
@@ -185,6 +219,12 @@ func (a *app) infer(ctx context.Context, model string, inputs []runtime.Tensor, 
 			return fmt.Errorf("broker at %s unreachable (start one with 'inferq broker', or set --broker / INFERQ_BROKER_ADDRESS): %w", bcfg.Address, err)
 		}
 		return err
+	}
+	switch {
+	case f.sync:
+		return a.inferSync(ctx, c, model, queue, inputs, f)
+	case f.follow:
+		return a.inferFollow(ctx, c, model, queue, inputs, followID, progress, f)
 	}
 
 	var (
@@ -246,6 +286,95 @@ func (a *app) infer(ctx context.Context, model string, inputs []runtime.Tensor, 
 		return a.printRecord(recs[ids[0]], lat[0], f.json)
 	}
 	return a.printSummary(model, queue, ids, recs, lat, elapsed, f.json)
+}
+
+// inferSync sends f.n queries, f.conc at a time, and prints the result (n
+// = 1) or a summary.
+func (a *app) inferSync(ctx context.Context, c *client.Client, model, queue string, inputs []runtime.Tensor, f inferFlags) error {
+	var (
+		mu   sync.Mutex
+		lat  = make([]time.Duration, 0, f.n)
+		recs = make(map[string]*task.Record, f.n)
+		ids  = make([]string, f.n)
+		next = make(chan int)
+		wg   sync.WaitGroup
+		fail error // a query that got no answer
+	)
+	start := time.Now()
+	for range min(f.conc, f.n) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				t0 := time.Now()
+				resp, err := c.Query(ctx, model, inputs, f.timeout, client.WithQueue(queue))
+				d := time.Since(t0)
+				rec := &task.Record{TaskID: "query-" + strconv.Itoa(i+1), Status: task.StatusSuccess, CreatedAt: t0, CompletedAt: t0.Add(d)}
+				var qe *client.QueryError
+				switch {
+				case errors.As(err, &qe):
+					rec.Status, rec.Error = task.StatusFailure, qe.Message
+				case err != nil:
+					mu.Lock()
+					fail = cmp.Or(fail, err)
+					mu.Unlock()
+					continue
+				default:
+					if rec.Result, rec.Binary, err = resp.Encode(); err != nil {
+						rec.Status, rec.Error = task.StatusFailure, "decoding the result: "+err.Error()
+					}
+				}
+				mu.Lock()
+				ids[i], recs[rec.TaskID], lat = rec.TaskID, rec, append(lat, d)
+				mu.Unlock()
+			}
+		}()
+	}
+	for i := range f.n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	elapsed := time.Since(start)
+	if fail != nil {
+		return fmt.Errorf("%d of %d queries got no answer; first: %w", f.n-len(recs), f.n, fail)
+	}
+	if f.n == 1 {
+		return a.printRecord(recs[ids[0]], lat[0], f.json)
+	}
+	return a.printSummary(model, queue, ids, recs, lat, elapsed, f.json)
+}
+
+// inferFollow sends one task with id, prints its progress events as they
+// arrive, then its record.
+func (a *app) inferFollow(ctx context.Context, c *client.Client, model, queue string, inputs []runtime.Tensor, id string, progress <-chan task.Progress, f inferFlags) error {
+	out := a.stdout
+	if f.json {
+		out = a.stderr // stdout carries the JSON record
+	}
+	printed := make(chan struct{})
+	go func() {
+		defer close(printed)
+		for p := range progress {
+			fmt.Fprintf(out, "progress %s: %3d%% %s\n", p.TaskID, p.Pct, p.Detail)
+		}
+	}()
+	t0 := time.Now()
+	if _, err := c.Enqueue(ctx, model, inputs, client.WithQueue(queue), client.WithID(id)); err != nil {
+		return fmt.Errorf("enqueue to %s: %w", queue, err)
+	}
+	rec, err := c.Wait(ctx, id)
+	if err != nil {
+		return fmt.Errorf("waiting for task %s: %w", id, err)
+	}
+	lat := time.Since(t0)
+	// The last event (stored, failed) is sent after the record: give it a
+	// moment.
+	select {
+	case <-printed:
+	case <-time.After(200 * time.Millisecond):
+	}
+	return a.printRecord(rec, lat, f.json)
 }
 
 func (a *app) printRecord(rec *task.Record, lat time.Duration, asJSON bool) error {

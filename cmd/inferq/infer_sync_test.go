@@ -1,0 +1,129 @@
+package main
+
+import (
+	"context"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/inferq/inferq/client/clienttest"
+	"github.com/inferq/inferq/consumer"
+	"github.com/inferq/inferq/models"
+	"github.com/inferq/inferq/mq"
+	"github.com/inferq/inferq/results"
+	"github.com/inferq/inferq/runtime"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// mlpBatcher runs clienttest.MLP on its own goroutine per item, reporting
+// the start of each run like a batch of one.
+type mlpBatcher struct{}
+
+func (mlpBatcher) Enqueue(ctx context.Context, r *runtime.Request) error {
+	go func() {
+		if err := ctx.Err(); err != nil {
+			r.Done(runtime.ItemResult{Err: err})
+			return
+		}
+		r.BatchItems = 1
+		if r.Started != nil {
+			r.Started()
+		}
+		out, err := clienttest.MLP().Compute(r.Item.Inputs)
+		r.Done(runtime.ItemResult{Outputs: out, Err: err})
+	}()
+	return nil
+}
+
+// startServer runs a consumer of inferq.mlp (tasks, queries, progress) on
+// the broker at addr until the test ends.
+func startServer(t *testing.T, addr string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	conn, err := mq.Dial(ctx, mq.Config{Address: addr, ClientID: "inferq-sync-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := results.New(results.Config{Broker: consumer.ResultsBroker(conn)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	met, err := consumer.NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := models.Config{Models: []models.Model{models.NewModel("mlp")}}
+	c.Models[0].Path = "unused.onnx"
+	c.SetDefaults()
+	srv, err := consumer.New(consumer.Config{Broker: conn, Store: store, Metrics: met, Writers: 4, IntakeWorkers: 1,
+		Models: []consumer.Model{{Config: c.Models[0], Info: clienttest.MLP().Info, Batcher: mlpBatcher{}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = store.Run(ctx) }()
+	ran := make(chan struct{})
+	go func() { defer close(ran); _ = srv.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-ran
+		<-done
+		_ = store.Close(context.Background())
+		conn.Close()
+	})
+}
+
+func TestInferSync(t *testing.T) {
+	srv := inferBroker(t)
+	startServer(t, srv.Addr)
+	// The first query may come before the subscription is live: it then
+	// waits its whole timeout, so retry short ones.
+	var code int
+	var out, errs string
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); {
+		code, out, errs = runInferCmd(t, nil, "mlp", "--random", "--sync", "--timeout", "300ms", "--broker", srv.Addr, "--identity", "sync")
+		if code == 0 || !strings.Contains(errs, "no answer") {
+			break
+		}
+	}
+	if code != 0 || !strings.Contains(out, "SUCCESS") || !strings.Contains(out, "probs  FP32  [1,4]  [0.1 0.2 0.3 0.4]") {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
+	}
+
+	t.Run("many", func(t *testing.T) {
+		code, out, errs := runInferCmd(t, nil, "mlp", "--random", "--sync", "--n", "20", "--concurrency", "4", "--broker", srv.Addr, "--identity", "sync")
+		if code != 0 || !strings.Contains(out, "20 tasks to inferq.mlp: 20 ok, 0 failed") {
+			t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
+		}
+	})
+	t.Run("failure", func(t *testing.T) {
+		code, out, errs := runInferCmd(t, nil, "nope", "--random", "--shape", "x:FP32:1,16", "--sync", "--queue", "inferq.mlp", "--broker", srv.Addr, "--identity", "sync")
+		if code != 1 || !strings.Contains(out, "FAILURE") || !strings.Contains(out, `unknown model "nope"`) {
+			t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
+		}
+	})
+	t.Run("flags", func(t *testing.T) {
+		for _, args := range [][]string{{"--sync", "--follow"}, {"--follow", "--n", "2"}, {"--concurrency", "2"}} {
+			code, _, errs := runInferCmd(t, nil, append([]string{"mlp", "--random", "--broker", srv.Addr}, args...)...)
+			if code != 2 {
+				t.Errorf("%v: exit %d, want 2 (usage): %s", args, code, errs)
+			}
+		}
+	})
+}
+
+func TestInferFollow(t *testing.T) {
+	srv := inferBroker(t)
+	startServer(t, srv.Addr)
+	code, out, errs := runInferCmd(t, nil, "mlp", "--random", "--follow", "--broker", srv.Addr, "--identity", "follow")
+	if code != 0 || !strings.Contains(out, "SUCCESS") {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
+	}
+	t.Logf("output:\n%s", out)
+	// Events are not stored: the first may come before the subscription
+	// is live; the run's comes after it.
+	if !regexp.MustCompile(`progress [0-9a-f-]+:  50% running: batch of 1`).MatchString(out) {
+		t.Errorf("no running event in:\n%s", out)
+	}
+}

@@ -1,0 +1,314 @@
+package consumer_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"io"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/inferq/inferq/consumer"
+	"github.com/inferq/inferq/mq"
+	"github.com/inferq/inferq/runtime"
+	"github.com/inferq/inferq/task"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// oipServer serves the harness's consumer over HTTP; ready is what the
+// Ready hook answers.
+func oipServer(t *testing.T) (*harness, string, *atomic.Bool) {
+	t.Helper()
+	r := &gatedRunner{f: newFakeBatcher()}
+	h := newHarness(t, withBatcher(newBatcher(t, r, 8)))
+	var ready atomic.Bool
+	ready.Store(true)
+	srv := httptest.NewServer(consumer.Handler(consumer.HTTPConfig{Server: h.cons, Gatherer: h.reg, Ready: ready.Load}))
+	t.Cleanup(srv.Close)
+	return h, srv.URL, &ready
+}
+
+func do(t *testing.T, method, url string, body []byte, header map[string]string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, b
+}
+
+func TestOIPMetadataAndHealth(t *testing.T) {
+	_, url, ready := oipServer(t)
+	for _, tc := range []struct {
+		path string
+		code int
+		want string // in the body
+	}{
+		{"/v2", 200, `"name": "inferq"`},
+		{"/v2/health/live", 200, ""},
+		{"/v2/health/ready", 200, ""},
+		{"/v2/models/m", 200, `"platform": "onnxruntime_onnx"`},
+		{"/v2/models/m/versions/1", 200, `"versions": [`},
+		{"/v2/models/m/ready", 200, ""},
+		{"/v2/models/m/versions/1/ready", 200, ""},
+		{"/v2/models/nope", 404, `unknown model \"nope\"`},
+		{"/v2/models/nope/ready", 404, `"error"`},
+		{"/v2/models/m/versions/2", 404, `no version \"2\"`},
+		{"/v2/models/m/versions/2/ready", 404, `"error"`},
+	} {
+		resp, body := do(t, "GET", url+tc.path, nil, nil)
+		if resp.StatusCode != tc.code || !strings.Contains(string(body), tc.want) {
+			t.Errorf("GET %s: %s %s, want %d with %s", tc.path, resp.Status, body, tc.code, tc.want)
+		}
+	}
+	resp, body := do(t, "GET", url+"/v2/models/m", nil, nil)
+	var md struct {
+		Name   string
+		Inputs []struct {
+			Name, Datatype string
+			Shape          []int64
+		}
+	}
+	if err := json.Unmarshal(body, &md); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("metadata %s: %v", body, err)
+	}
+	if md.Name != "m" || len(md.Inputs) != 1 || md.Inputs[0].Name != "x" || md.Inputs[0].Datatype != "FP32" || len(md.Inputs[0].Shape) != 2 {
+		t.Errorf("metadata %+v", md)
+	}
+	// Triton answers 400 while not ready.
+	ready.Store(false)
+	for _, p := range []string{"/v2/health/ready", "/v2/models/m/ready"} {
+		if resp, _ := do(t, "GET", url+p, nil, nil); resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("GET %s while not ready: %s, want 400", p, resp.Status)
+		}
+	}
+	if resp, _ := do(t, "GET", url+"/v2/health/live", nil, nil); resp.StatusCode != http.StatusOK {
+		t.Errorf("live while not ready: %s", resp.Status)
+	}
+}
+
+// oipCases are infer requests and what they must get; the fuzz test's
+// seeds come from them too.
+var oipCases = []struct {
+	name   string
+	body   string
+	code   int
+	want   string // in the body
+	output []float32
+}{
+	{"json", `{"inputs":[{"name":"x","shape":[1,4],"datatype":"FP32","data":[1,2,3,4]}]}`, 200, `"model_name":"m"`, []float32{2, 4, 6, 8}},
+	{"nested data and id", `{"id":"req-1","inputs":[{"name":"x","shape":[2,4],"datatype":"FP32","data":[[1,2,3,4],[5,6,7,8]]}],"outputs":[{"name":"y"}]}`,
+		200, `"id":"req-1"`, []float32{2, 4, 6, 8, 10, 12, 14, 16}},
+	{"parameters null", `{"inputs":[{"name":"x","shape":[1,4],"datatype":"FP32","data":[1,2,3,4]}],"parameters":null,"outputs":null}`, 200, `"outputs"`, []float32{2, 4, 6, 8}},
+	{"not json", `{"inputs":`, 400, `"error"`, nil},
+	{"trailing data", `{"inputs":[]} {}`, 400, `data after the JSON object`, nil},
+	{"no inputs", `{"id":"x"}`, 400, `\"inputs\": want an array`, nil},
+	{"empty inputs", `{"inputs":[]}`, 400, `input \"x\": missing`, nil},
+	{"wrong shape", `{"inputs":[{"name":"x","shape":[1,3],"datatype":"FP32","data":[1,2,3]}]}`, 400, `expected FP32 [-1,4], got FP32 [1,3]`, nil},
+	{"wrong datatype", `{"inputs":[{"name":"x","shape":[1,4],"datatype":"INT32","data":[1,2,3,4]}]}`, 400, `INT32`, nil},
+	{"data does not fit shape", `{"inputs":[{"name":"x","shape":[1,4],"datatype":"FP32","data":[1,2,3]}]}`, 400, `input \"x\"`, nil},
+	{"unknown input", `{"inputs":[{"name":"z","shape":[1,4],"datatype":"FP32","data":[1,2,3,4]}]}`, 400, `\"z\"`, nil},
+	{"unknown output", `{"inputs":[{"name":"x","shape":[1,4],"datatype":"FP32","data":[1,2,3,4]}],"outputs":[{"name":"nope"}]}`, 400, `nope`, nil},
+	{"id not a string", `{"id":5,"inputs":[{"name":"x","shape":[1,4],"datatype":"FP32","data":[1,2,3,4]}]}`, 400, `\"id\": want a string`, nil},
+	{"inference failure", `{"inputs":[{"name":"x","shape":[1,4],"datatype":"FP32","data":[1000,2,3,4]}]}`, 500, `inference failed: boom`, nil},
+	{"binary data without the header", `{"inputs":[{"name":"x","shape":[1,4],"datatype":"FP32","parameters":{"binary_data_size":16}}]}`, 400, `binary`, nil},
+}
+
+func TestOIPInfer(t *testing.T) {
+	h, url, _ := oipServer(t)
+	for _, tc := range oipCases {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, body := do(t, "POST", url+"/v2/models/m/infer", []byte(tc.body), map[string]string{"Content-Type": "application/json"})
+			if resp.StatusCode != tc.code || !strings.Contains(string(body), tc.want) {
+				t.Fatalf("%s: %s, want %d with %s", resp.Status, body, tc.code, tc.want)
+			}
+			if tc.code != 200 {
+				var e map[string]string
+				if err := json.Unmarshal(body, &e); err != nil || e["error"] == "" || len(e) != 1 {
+					t.Errorf(`error body %s: want {"error": "..."}`, body)
+				}
+				return
+			}
+			if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+				t.Errorf("Content-Type %q", ct)
+			}
+			checkOIPOutput(t, body, nil, tc.output)
+		})
+	}
+	t.Run("unknown model", func(t *testing.T) {
+		resp, body := do(t, "POST", url+"/v2/models/nope/infer", []byte(oipCases[0].body), nil)
+		if resp.StatusCode != 404 || !strings.Contains(string(body), `unknown model \"nope\"`) {
+			t.Fatalf("%s %s", resp.Status, body)
+		}
+	})
+	t.Run("versioned", func(t *testing.T) {
+		resp, body := do(t, "POST", url+"/v2/models/m/versions/1/infer", []byte(oipCases[0].body), nil)
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s %s", resp.Status, body)
+		}
+	})
+	if n := testutil.ToFloat64(h.met.HTTPInfer.WithLabelValues(testModel, consumer.OutcomeSuccess)); n != 4 {
+		t.Errorf("inferq_http_infer_total{success} = %v, want 4", n)
+	}
+	if n := testutil.ToFloat64(h.met.HTTPInfer.WithLabelValues(testModel, consumer.OutcomeFailure)); n != 1 {
+		t.Errorf("inferq_http_infer_total{failure} = %v, want 1", n)
+	}
+}
+
+// checkOIPOutput decodes a response (JSON, binary data after it) and
+// compares its only output y.
+func checkOIPOutput(t *testing.T, js, bin []byte, want []float32) {
+	t.Helper()
+	ir, err := task.DecodeInferResponse(js, bin)
+	if err != nil {
+		t.Fatalf("response %s: %v", js, err)
+	}
+	if ir.ModelName != testModel || ir.ModelVersion != "1" || len(ir.Outputs) != 1 || ir.Outputs[0].Name != "y" {
+		t.Fatalf("response %s", js)
+	}
+	y, err := runtime.Values[float32](ir.Outputs[0].Tensor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(y) != len(want) {
+		t.Fatalf("y = %v, want %v", y, want)
+	}
+	for i := range y {
+		if y[i] != want[i] {
+			t.Fatalf("y = %v, want %v", y, want)
+		}
+	}
+}
+
+// TestOIPBinary sends the input as raw bytes (the binary tensor extension)
+// and asks for the output the same way.
+func TestOIPBinary(t *testing.T) {
+	_, url, _ := oipServer(t)
+	raw := make([]byte, 0, 32)
+	for _, v := range []float32{1, 2, 3, 4, 5, 6, 7, 8} {
+		raw = binary.LittleEndian.AppendUint32(raw, math.Float32bits(v))
+	}
+	for _, tc := range []struct{ name, header string }{
+		{"per output", `{"inputs":[{"name":"x","shape":[2,4],"datatype":"FP32","parameters":{"binary_data_size":32}}],"outputs":[{"name":"y","parameters":{"binary_data":true}}]}`},
+		{"all outputs", `{"inputs":[{"name":"x","shape":[2,4],"datatype":"FP32","parameters":{"binary_data_size":32}}],"parameters":{"binary_data_output":true}}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := append([]byte(tc.header), raw...)
+			resp, out := do(t, "POST", url+"/v2/models/m/infer", body, map[string]string{
+				"Content-Type": "application/octet-stream", consumer.HeaderInferenceLength: strconv.Itoa(len(tc.header)),
+			})
+			if resp.StatusCode != 200 {
+				t.Fatalf("%s %s", resp.Status, out)
+			}
+			n, err := strconv.Atoi(resp.Header.Get(consumer.HeaderInferenceLength))
+			if err != nil || n <= 0 || n >= len(out) || len(out)-n != 32 {
+				t.Fatalf("%s %q: %d bytes: want the JSON and 32 bytes of binary output", consumer.HeaderInferenceLength, resp.Header.Get(consumer.HeaderInferenceLength), len(out))
+			}
+			if !strings.Contains(string(out[:n]), `"binary_data_size":32`) {
+				t.Errorf("response header %s", out[:n])
+			}
+			checkOIPOutput(t, out[:n], out[n:], []float32{2, 4, 6, 8, 10, 12, 14, 16})
+		})
+	}
+	t.Run("header length over the body", func(t *testing.T) {
+		resp, out := do(t, "POST", url+"/v2/models/m/infer", []byte(`{"inputs":[]}`), map[string]string{consumer.HeaderInferenceLength: "99"})
+		if resp.StatusCode != 400 || !strings.Contains(string(out), consumer.HeaderInferenceLength) {
+			t.Fatalf("%s %s", resp.Status, out)
+		}
+	})
+	t.Run("binary size mismatch", func(t *testing.T) {
+		header := `{"inputs":[{"name":"x","shape":[2,4],"datatype":"FP32","parameters":{"binary_data_size":32}}]}`
+		body := append([]byte(header), raw[:16]...)
+		resp, out := do(t, "POST", url+"/v2/models/m/infer", body, map[string]string{consumer.HeaderInferenceLength: strconv.Itoa(len(header))})
+		if resp.StatusCode != 400 || !strings.Contains(string(out), "binary_data_size") {
+			t.Fatalf("%s %s", resp.Status, out)
+		}
+	})
+}
+
+// FuzzOIPInfer posts arbitrary infer bodies (JSON, or the binary form when
+// headerLen >= 0): the answer is 200 with a readable response, or an error
+// status with {"error": "..."}; never a panic or a hang.
+func FuzzOIPInfer(f *testing.F) {
+	for _, tc := range oipCases {
+		f.Add([]byte(tc.body), -1)
+	}
+	header := `{"inputs":[{"name":"x","shape":[1,4],"datatype":"FP32","parameters":{"binary_data_size":16}}],"outputs":[{"name":"y","parameters":{"binary_data":true}}]}`
+	f.Add(append([]byte(header), make([]byte, 16)...), len(header))
+	f.Add([]byte(header), len(header))
+	f.Add([]byte(`{"inputs":[{"name":"x","shape":[1,4],"datatype":"FP32","data":[1,2,3,4]}],"id":"\u00e9\"x"}`), -1)
+
+	handler := bareHandler(f)
+	f.Fuzz(func(t *testing.T, body []byte, headerLen int) {
+		req := httptest.NewRequest("POST", "/v2/models/m/infer", bytes.NewReader(body))
+		if headerLen >= 0 {
+			req.Header.Set(consumer.HeaderInferenceLength, strconv.Itoa(headerLen))
+		}
+		rec := httptest.NewRecorder()
+		handler.ServeHTTP(rec, req)
+		out := rec.Body.Bytes()
+		switch rec.Code {
+		case http.StatusOK:
+			n := len(out)
+			if hl := rec.Header().Get(consumer.HeaderInferenceLength); hl != "" {
+				var err error
+				if n, err = strconv.Atoi(hl); err != nil || n < 0 || n > len(out) {
+					t.Fatalf("response %s %q for %d bytes", consumer.HeaderInferenceLength, hl, len(out))
+				}
+			}
+			ir, err := task.DecodeInferResponse(out[:n], out[n:])
+			if err != nil || len(ir.Outputs) != 1 || ir.Outputs[0].Name != "y" {
+				t.Fatalf("200 with an unreadable response %q: %v", out, err)
+			}
+		case http.StatusBadRequest, http.StatusInternalServerError:
+			var e map[string]string
+			if err := json.Unmarshal(out, &e); err != nil || e["error"] == "" {
+				t.Fatalf("%d with body %q: want {\"error\": \"...\"}", rec.Code, out)
+			}
+		default:
+			t.Fatalf("status %d for %q", rec.Code, body)
+		}
+	})
+}
+
+// bareHandler serves the fake model over HTTP from a consumer that never
+// runs (its broker address is dead): the /v2 routes need only its models.
+func bareHandler(tb testing.TB) http.Handler {
+	tb.Helper()
+	conn, err := mq.Dial(context.Background(), mq.Config{Address: "127.0.0.1:1", ClientID: "oip-fuzz"})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { conn.Close() })
+	reg := prometheus.NewRegistry()
+	met, err := consumer.NewMetrics(reg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	b := newBatcher(tb, &gatedRunner{f: newFakeBatcher()}, 8)
+	srv, err := consumer.New(consumer.Config{Broker: conn, Store: nopStore{}, Metrics: met,
+		Models: []consumer.Model{{Config: defaultModel(), Info: fakeInfo, Batcher: b}}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return consumer.Handler(consumer.HTTPConfig{Server: srv, Gatherer: reg})
+}
