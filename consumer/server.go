@@ -50,6 +50,11 @@ type Model struct {
 	Batcher Batcher
 	// Version is reported as model_version in results ("1" when empty).
 	Version string
+	// MaxInFlight is how many of its tasks may be taken and unsettled at
+	// once, from its placement (runtime.Placement.MaxInFlight: 4 full
+	// batches per run loop on every device); 0 derives it from the config
+	// alone.
+	MaxInFlight int
 }
 
 // Config configures a Server.
@@ -240,7 +245,11 @@ func New(cfg Config) (*Server, error) {
 		}
 		q.limits.MaxBodyBytes = max(q.limits.MaxBodyBytes, int64(m.Config.Limits.MaxBodyBytes))
 		q.limits.MaxTensorElements = max(q.limits.MaxTensorElements, m.Config.Limits.MaxTensorElements)
-		maxInFlight = max(maxInFlight, 4*m.Config.Batching.MaxBatchSize*m.Config.Instances*m.Config.Concurrency)
+		if m.MaxInFlight > 0 {
+			maxInFlight = max(maxInFlight, m.MaxInFlight)
+		} else {
+			maxInFlight = max(maxInFlight, 4*m.Config.Batching.MaxBatchSize*m.Config.Instances*m.Config.Concurrency)
+		}
 	}
 	if cfg.MaxInFlight <= 0 {
 		s.cfg.MaxInFlight = maxInFlight

@@ -232,7 +232,7 @@ func serve(ctx context.Context, a *app, log *slog.Logger, c *models.Config, f se
 	cms := make([]consumer.Model, len(loaded))
 	devices := map[string][]string{}
 	for i, l := range loaded {
-		cms[i] = consumer.Model{Config: l.cfg, Info: l.info, Batcher: l.batcher}
+		cms[i] = consumer.Model{Config: l.cfg, Info: l.info, Batcher: l.batcher, MaxInFlight: l.placement.MaxInFlight()}
 		for _, d := range l.placement.Devices {
 			devices[l.cfg.Name] = append(devices[l.cfg.Name], d.String())
 		}
