@@ -139,6 +139,18 @@ func (c *Conn) queueInfo(ctx context.Context, channel string) (QueueInfo, bool, 
 	return q, ok, nil
 }
 
+// embeddedVersion is the Version the embedded broker (package broker)
+// answers Ping with.
+const embeddedVersion = "inferq-broker"
+
+// embeddedBroker reports whether the broker is inferq's embedded one, which
+// has none of the real broker's batch-stranding behaviour (see quiesce).
+// An error counts as a real broker: the safe side.
+func (c *Conn) embeddedBroker(ctx context.Context) bool {
+	r, err := c.api.Ping(ctx, &pb.Empty{})
+	return err == nil && r.Version == embeddedVersion
+}
+
 // Ping checks that the broker answers. Safe for concurrent use.
 func (c *Conn) Ping(ctx context.Context) error {
 	if err := c.isClosed(); err != nil {
