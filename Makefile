@@ -99,9 +99,15 @@ setup-gpu:
 build:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/inferq
 
+# Tests that take the broker away under a live queue stream poll hit a data
+# race inside kubemq-go v1.9.0 (see skipSDKRace): they skip under -race and
+# run here once more without it.
+SDK_RACE_TESTS := TestBrokerLossMidLoad|TestPollerRecoversFromBrokerRestart|TestSettleErrors|TestBrokerRestartMidWait
+
 ## test: fetch onnxruntime when needed, then run every test with the race detector
 test: setup
 	$(GO) test -race -timeout 12m ./...
+	$(GO) test -count=1 -timeout 5m -run '^($(SDK_RACE_TESTS))$$' ./consumer/ ./mq/ ./client/
 
 ## lint: gofmt and go vet
 lint:

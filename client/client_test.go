@@ -367,6 +367,7 @@ func TestRestartedClientGetsMissedResults(t *testing.T) {
 }
 
 func TestBrokerRestartMidWait(t *testing.T) {
+	skipSDKRace(t)
 	srv := fastBroker(t)
 	c := newClient(t, srv.Addr, "brokerloss")
 	ctx := ctxT(t, 60*time.Second)

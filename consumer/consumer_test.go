@@ -328,6 +328,7 @@ func testResultStoreFailureSpoolsAndReplays(t *testing.T, on brokerOpt) {
 // (h) the broker goes away mid-load and comes back: readiness drops and
 // returns, nothing is lost, no restart.
 func TestBrokerLossMidLoad(t *testing.T) {
+	skipSDKRace(t)
 	h := newHarness(t)
 	const n = 200
 	var wg sync.WaitGroup

@@ -344,6 +344,7 @@ func TestPollerBackpressure(t *testing.T) {
 }
 
 func TestPollerRecoversFromBrokerRestart(t *testing.T) {
+	skipSDKRace(t)
 	tg := targets(t, fastBroker())[0]
 	c := dial(t, tg)
 	ch := chanName(t)
@@ -395,6 +396,7 @@ func TestPollerRecoversFromBrokerRestart(t *testing.T) {
 }
 
 func TestSettleErrors(t *testing.T) {
+	skipSDKRace(t)
 	tg := targets(t, fastBroker())[0]
 	c := dial(t, tg)
 	ch := chanName(t)
