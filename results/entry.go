@@ -20,9 +20,11 @@ type Entry struct {
 	Terminal bool
 	// Body is the encoded JSON record, stored whole.
 	Body []byte
-	// Substitute is what the broker gets instead of Body when Body is larger
-	// than Config.MaxResultBytes (a SUCCESS record with "result": null and
-	// "result_ref"). Required then, ignored otherwise.
+	// Substitute is what the broker gets instead of Body (a SUCCESS record
+	// with "result": null and "result_ref"); Body then stays whole in the
+	// spool for lookups. Required when Body is larger than
+	// Config.MaxResultBytes; a caller with a lower limit of its own (per
+	// model) sets it for smaller bodies too.
 	Substitute []byte
 	// ReplyTo is the Events Store channel named by the task; empty for the
 	// compat channel.
@@ -59,8 +61,10 @@ func (e Entry) validate(maxBytes int) error {
 	return nil
 }
 
-// oversize reports whether the broker gets the substitute instead of Body.
-func (e Entry) oversize(maxBytes int) bool { return len(e.Body) > maxBytes }
+// oversize reports whether the broker gets the substitute instead of Body:
+// when Body is over the store's limit, or when the caller gave a substitute
+// (its own limit, per model, may be lower than the store's).
+func (e Entry) oversize(maxBytes int) bool { return len(e.Body) > maxBytes || len(e.Substitute) > 0 }
 
 // wire is what the broker gets for e.
 func (e Entry) wire(maxBytes int) []byte {
