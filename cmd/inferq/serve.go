@@ -200,11 +200,15 @@ func serve(ctx context.Context, a *app, log *slog.Logger, c *models.Config, f se
 	defer conn.Close()
 	log.Info("broker client started; consuming starts when the broker answers", "addr", c.Broker.Address)
 
+	// One store serves every model: the compat channel prefix and expiry are
+	// the first model's; each model's max_result_bytes is applied by the
+	// consumer (it gives the store a substitute), the store's is the largest.
 	r0 := c.Models[0].Result
 	for _, m := range c.Models[1:] {
-		if m.Result != r0 {
-			log.Warn("models differ in result settings; the first model's are used for all", "model", m.Name)
+		if m.Result.ChannelPrefix != r0.ChannelPrefix || m.Result.Expiry != r0.Expiry {
+			log.Warn("models differ in result.channel_prefix or result.expiry; the first model's are used for all", "model", m.Name)
 		}
+		r0.MaxResultBytes = max(r0.MaxResultBytes, m.Result.MaxResultBytes)
 	}
 	resultsDir, journalDir := "", ""
 	if c.DataDir != "" {
