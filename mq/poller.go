@@ -41,6 +41,12 @@ type PollerConfig struct {
 	// replaced by a fresh, already warmed one; the old one is closed once
 	// everything it delivered is settled (trap 7). Default 1000.
 	RecycleAfter int
+	// RecycleEvery also replaces the stream client once it is this old.
+	// On a real broker a message can be stranded in a poll's subscription
+	// that this client never sees (several consumers on one queue, trap
+	// 12): closing the client is what gives it back, so this bounds how
+	// long such a message waits. Default 5 s; negative disables.
+	RecycleEvery time.Duration
 	// DrainTimeout is how long Run waits, after its ctx ends, for the
 	// delivered messages to be settled before closing the stream clients,
 	// which gives the rest back to the queue uncounted. Default 30 s.
@@ -68,6 +74,9 @@ func (c *PollerConfig) validate() error {
 	setDefault(&c.PeekWait, time.Second)
 	setDefault(&c.PollWait, time.Second)
 	setDefault(&c.RecycleAfter, 1000)
+	if c.RecycleEvery == 0 {
+		c.RecycleEvery = 5 * time.Second
+	}
 	setDefault(&c.DrainTimeout, 30*time.Second)
 	return nil
 }
@@ -185,6 +194,7 @@ type pollClient struct {
 	poller  *Poller
 	sc      *streamClient
 	polls   int               // Run's goroutine only
+	since   time.Time         // when it started polling; Run's goroutine only
 	out     int               // unsettled messages; poller.mu
 	txns    map[*txn]struct{} // batches not completely settled; poller.mu
 	retired bool
@@ -193,7 +203,7 @@ type pollClient struct {
 }
 
 func (p *Poller) newPollClient(sc *streamClient) *pollClient {
-	return &pollClient{poller: p, sc: sc, txns: map[*txn]struct{}{}, idle: make(chan struct{})}
+	return &pollClient{poller: p, sc: sc, txns: map[*txn]struct{}{}, idle: make(chan struct{}), since: time.Now()}
 }
 
 // release counts one message of t settled (or given up); last: it was the
@@ -334,6 +344,13 @@ func (p *Poller) Run(ctx context.Context) error {
 			}
 			continue
 		}
+		if known <= 0 && cur != nil && p.cfg.RecycleEvery > 0 && time.Since(cur.since) >= p.cfg.RecycleEvery {
+			// Idle and old: close it (once what it delivered is settled),
+			// which gives back anything stranded in its subscriptions.
+			p.retire(cur)
+			p.recycles.Add(1)
+			cur = nil
+		}
 		if known <= 0 {
 			// Idle watch with the legacy peek: it does not hold a slot of
 			// the broker's stream poll pool (trap 11).
@@ -401,7 +418,7 @@ func (p *Poller) Run(ctx context.Context) error {
 			known = p.ready(ctx) // still busy? skip the peek
 		}
 		cur.polls++
-		if cur.polls >= p.cfg.RecycleAfter {
+		if cur.polls >= p.cfg.RecycleAfter || p.cfg.RecycleEvery > 0 && time.Since(cur.since) >= p.cfg.RecycleEvery {
 			select {
 			case sc := <-standby:
 				p.retire(cur)
