@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"time"
 
 	pb "github.com/kubemq-io/protobuf/go"
 	"google.golang.org/grpc/codes"
@@ -32,28 +33,14 @@ func (s *Server) ReceiveQueueMessages(ctx context.Context, req *pb.ReceiveQueueM
 	if req == nil {
 		req = &pb.ReceiveQueueMessagesRequest{}
 	}
-	resp := &pb.ReceiveQueueMessagesResponse{RequestID: req.RequestID, IsPeak: req.IsPeak, Messages: []*pb.QueueMessage{}}
-	if resp.RequestID == "" {
-		resp.RequestID = s.queues.ids.next()
-	}
-	var err error
-	switch {
-	case req.ClientID == "":
-		err = errInvalidClientID
-	case !validQueueName(req.Channel):
-		err = errInvalidQueueName
-	case req.MaxNumberOfMessages < 1 || req.MaxNumberOfMessages > maxReceiveMessages:
+	resp := &pb.ReceiveQueueMessagesResponse{RequestID: s.requestID(req.RequestID), IsPeak: req.IsPeak, Messages: []*pb.QueueMessage{}}
+	wait, err := s.checkLegacy(req.ClientID, req.Channel, req.WaitTimeSeconds)
+	if err == nil && (req.MaxNumberOfMessages < 1 || req.MaxNumberOfMessages > maxReceiveMessages) {
 		err = errInvalidMaxMsgs
-	case req.WaitTimeSeconds < 0 || req.WaitTimeSeconds > maxWaitSeconds:
-		err = errInvalidWait
 	}
 	if err != nil {
 		resp.IsError, resp.Error = true, err.Error()
 		return resp, nil
-	}
-	secs := req.WaitTimeSeconds
-	if secs == 0 {
-		secs = defaultWaitSeconds
 	}
 	q := s.queues.queue(req.Channel)
 	var (
@@ -61,9 +48,9 @@ func (s *Server) ReceiveQueueMessages(ctx context.Context, req *pb.ReceiveQueueM
 		expired int
 	)
 	if req.IsPeak {
-		msgs, expired, err = q.peek(ctx, int(req.MaxNumberOfMessages), s.queues.secondsWait(secs))
+		msgs, expired, err = q.peek(ctx, int(req.MaxNumberOfMessages), wait)
 	} else {
-		msgs, expired, err = q.take(ctx, int(req.MaxNumberOfMessages), s.queues.secondsWait(secs), false)
+		msgs, expired, err = q.take(ctx, int(req.MaxNumberOfMessages), wait, false)
 	}
 	if err != nil {
 		return nil, waitError(err)
@@ -83,28 +70,13 @@ func (s *Server) AckAllQueueMessages(ctx context.Context, req *pb.AckAllQueueMes
 	if req == nil {
 		req = &pb.AckAllQueueMessagesRequest{}
 	}
-	resp := &pb.AckAllQueueMessagesResponse{RequestID: req.RequestID}
-	if resp.RequestID == "" {
-		resp.RequestID = s.queues.ids.next()
-	}
-	var err error
-	switch {
-	case req.ClientID == "":
-		err = errInvalidClientID
-	case !validQueueName(req.Channel):
-		err = errInvalidQueueName
-	case req.WaitTimeSeconds < 0 || req.WaitTimeSeconds > maxWaitSeconds:
-		err = errInvalidWait
-	}
+	resp := &pb.AckAllQueueMessagesResponse{RequestID: s.requestID(req.RequestID)}
+	wait, err := s.checkLegacy(req.ClientID, req.Channel, req.WaitTimeSeconds)
 	if err != nil {
 		resp.IsError, resp.Error = true, err.Error()
 		return resp, nil
 	}
-	secs := req.WaitTimeSeconds
-	if secs == 0 {
-		secs = defaultWaitSeconds
-	}
-	n, err := s.queues.queue(req.Channel).purge(ctx, s.queues.secondsWait(secs))
+	n, err := s.queues.queue(req.Channel).purge(ctx, wait)
 	if err != nil {
 		return nil, waitError(err)
 	}
@@ -133,4 +105,29 @@ func waitError(err error) error {
 		return status.Error(codes.Unavailable, err.Error())
 	}
 	return status.FromContextError(err).Err()
+}
+
+// requestID is id, or a new one when the client sent none.
+func (s *Server) requestID(id string) string {
+	if id == "" {
+		return s.queues.ids.next()
+	}
+	return id
+}
+
+// checkLegacy validates the fields the legacy receive and ack-all calls
+// share, and turns WaitTimeSeconds (0: the default) into a wait.
+func (s *Server) checkLegacy(clientID, channel string, waitSeconds int32) (time.Duration, error) {
+	switch {
+	case clientID == "":
+		return 0, errInvalidClientID
+	case !validQueueName(channel):
+		return 0, errInvalidQueueName
+	case waitSeconds < 0 || waitSeconds > maxWaitSeconds:
+		return 0, errInvalidWait
+	}
+	if waitSeconds == 0 {
+		waitSeconds = defaultWaitSeconds
+	}
+	return s.queues.secondsWait(waitSeconds), nil
 }

@@ -484,20 +484,7 @@ func (q *queue) take(ctx context.Context, max int, wait time.Duration, hold bool
 		if timer == nil {
 			timer = time.NewTimer(wait)
 		}
-		var err error
-		done := false
-		select {
-		case <-ch:
-		case <-timer.C:
-			done = true
-		case <-ctx.Done():
-			err = ctx.Err()
-		case <-q.st.ctx.Done():
-			err = ErrClosed
-		}
-		q.mu.Lock()
-		q.waiters--
-		q.mu.Unlock()
+		done, err := q.await(ctx, ch, timer.C)
 		if err != nil {
 			if hold {
 				q.release(msgs)
@@ -510,6 +497,25 @@ func (q *queue) take(ctx context.Context, max int, wait time.Duration, hold bool
 			return msgs, expired, nil
 		}
 	}
+}
+
+// await waits for the queue to change (ch, taken with waitChLocked and a
+// waiters++ under q.mu), for expire, for ctx or for the server to close,
+// and undoes the caller's waiters++. timedOut reports expire.
+func (q *queue) await(ctx context.Context, ch <-chan struct{}, expire <-chan time.Time) (timedOut bool, err error) {
+	select {
+	case <-ch:
+	case <-expire:
+		timedOut = true
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-q.st.ctx.Done():
+		err = ErrClosed
+	}
+	q.mu.Lock()
+	q.waiters--
+	q.mu.Unlock()
+	return timedOut, err
 }
 
 // peek waits up to wait for max messages and returns copies of the ones at
@@ -553,20 +559,7 @@ func (q *queue) peek(ctx context.Context, max int, wait time.Duration) ([]*pb.Qu
 		if timer == nil {
 			timer = time.NewTimer(wait)
 		}
-		var err error
-		done := false
-		select {
-		case <-ch:
-		case <-timer.C:
-			done = true
-		case <-ctx.Done():
-			err = ctx.Err()
-		case <-q.st.ctx.Done():
-			err = ErrClosed
-		}
-		q.mu.Lock()
-		q.waiters--
-		q.mu.Unlock()
+		done, err := q.await(ctx, ch, timer.C)
 		if err != nil {
 			return nil, expired, err
 		}
