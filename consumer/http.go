@@ -1,12 +1,12 @@
 package consumer
 
 import (
-	"bytes"
 	"encoding/json"
 	"net/http"
 	"strconv"
 
 	"github.com/inferq/inferq/runtime"
+	"github.com/inferq/inferq/task"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -40,34 +40,18 @@ func Handler(c HTTPConfig) http.Handler {
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(c.Gatherer, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, r *http.Request) {
-		type tensor struct {
-			Name     string  `json:"name"`
-			Datatype string  `json:"datatype"`
-			Shape    []int64 `json:"shape"`
-		}
 		type model struct {
-			Name    string   `json:"name"`
-			Version string   `json:"version"`
-			Queue   string   `json:"queue"`
-			Devices []string `json:"devices,omitempty"`
-			Inputs  []tensor `json:"inputs"`
-			Outputs []tensor `json:"outputs"`
-		}
-		conv := func(ts []runtime.TensorInfo) []tensor {
-			out := make([]tensor, len(ts))
-			for i, t := range ts {
-				dt := t.ONNXType
-				if t.DType.Valid() {
-					dt = t.DType.String()
-				}
-				out[i] = tensor{t.Name, dt, t.Dims}
-			}
-			return out
+			Name    string       `json:"name"`
+			Version string       `json:"version"`
+			Queue   string       `json:"queue"`
+			Devices []string     `json:"devices,omitempty"`
+			Inputs  []tensorMeta `json:"inputs"`
+			Outputs []tensorMeta `json:"outputs"`
 		}
 		var list []model
 		for _, m := range c.Server.cfg.Models {
 			list = append(list, model{Name: m.Config.Name, Version: m.Version, Queue: m.Config.Queue,
-				Devices: c.Devices[m.Config.Name], Inputs: conv(m.Info.Inputs), Outputs: conv(m.Info.Outputs)})
+				Devices: c.Devices[m.Config.Name], Inputs: tensorMetas(m.Info.Inputs), Outputs: tensorMetas(m.Info.Outputs)})
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"models": list})
 	})
@@ -78,9 +62,9 @@ func Handler(c HTTPConfig) http.Handler {
 			writeJSON(w, http.StatusNotFound, map[string]string{"error": "task " + id + " is not known to this worker (records are kept in its spool and recent cache)"})
 			return
 		}
-		if i := jsonEnd(body); i < len(body) {
+		if r, err := task.ParseRecord(body); err == nil && len(r.Binary) > 0 {
 			// A record with binary outputs: the JSON part, then raw bytes.
-			w.Header().Set("Inference-Header-Content-Length", strconv.Itoa(i))
+			w.Header().Set("Inference-Header-Content-Length", strconv.Itoa(len(body)-len(r.Binary)))
 			w.Header().Set("Content-Type", "application/octet-stream")
 		} else {
 			w.Header().Set("Content-Type", "application/json")
@@ -91,20 +75,26 @@ func Handler(c HTTPConfig) http.Handler {
 	return mux
 }
 
+// tensorMeta is a tensor's metadata as the Open Inference Protocol (and
+// /v1/models) show it.
+type tensorMeta struct {
+	Name     string  `json:"name"`
+	Datatype string  `json:"datatype"`
+	Shape    []int64 `json:"shape"`
+}
+
+func tensorMetas(ts []runtime.TensorInfo) []tensorMeta {
+	out := make([]tensorMeta, len(ts))
+	for i, t := range ts {
+		out[i] = tensorMeta{t.Name, t.Datatype(), t.Dims}
+	}
+	return out
+}
+
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v)
-}
-
-// jsonEnd returns the length of the JSON object at the start of b.
-func jsonEnd(b []byte) int {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	var raw json.RawMessage
-	if err := dec.Decode(&raw); err != nil {
-		return len(b)
-	}
-	return int(dec.InputOffset())
 }

@@ -107,25 +107,9 @@ func (o *oip) modelMetadata(w http.ResponseWriter, r *http.Request) {
 	if m == nil {
 		return
 	}
-	type tensor struct {
-		Name     string  `json:"name"`
-		Datatype string  `json:"datatype"`
-		Shape    []int64 `json:"shape"`
-	}
-	conv := func(ts []runtime.TensorInfo) []tensor {
-		out := make([]tensor, len(ts))
-		for i, t := range ts {
-			dt := t.ONNXType
-			if t.DType.Valid() {
-				dt = t.DType.String()
-			}
-			out[i] = tensor{t.Name, dt, t.Dims}
-		}
-		return out
-	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"name": m.Config.Name, "versions": []string{m.Version}, "platform": "onnxruntime_onnx",
-		"inputs": conv(m.Info.Inputs), "outputs": conv(m.Info.Outputs),
+		"inputs": tensorMetas(m.Info.Inputs), "outputs": tensorMetas(m.Info.Outputs),
 	})
 }
 

@@ -594,7 +594,7 @@ func (s *Server) finish(ctx context.Context, j *job, st task.Status, err error, 
 // NAcks it so nothing is lost.
 func (s *Server) unprocessable(ctx context.Context, d *delivery, cause error) {
 	defer s.inflight.Add(-1)
-	dest := s.unprocessableQueue(d.q)
+	dest := d.q.first.Config.UnprocessableQueue
 	s.met.Unprocessable.Inc()
 	s.met.Tasks.WithLabelValues("", OutcomeUnprocessable).Inc()
 	s.log.Warn("unprocessable message", "queue", d.q.name, "msg", d.msg, "to", dest, "err", cause)
@@ -602,15 +602,6 @@ func (s *Server) unprocessable(ctx context.Context, d *delivery, cause error) {
 		s.log.Error("forward to unprocessable queue failed; nacking", "msg", d.msg, "err", err)
 		_ = d.msg.NAck()
 	}
-}
-
-func (s *Server) unprocessableQueue(q *queue) string {
-	for _, m := range s.cfg.Models {
-		if m.Config.Queue == q.name {
-			return m.Config.UnprocessableQueue
-		}
-	}
-	return q.name + ".unprocessable"
 }
 
 // unknownModel stores a FAILURE record for a task whose task_name names no

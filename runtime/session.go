@@ -185,13 +185,18 @@ type TensorInfo struct {
 	ONNXType string
 }
 
+// Datatype is the Open Inference Protocol name of the element type (FP32,
+// INT64...), or onnxruntime's name for a type inferq does not carry.
+func (t TensorInfo) Datatype() string {
+	if !t.DType.Valid() {
+		return t.ONNXType
+	}
+	return t.DType.String()
+}
+
 // String returns `x FP32 [-1,16]`.
 func (t TensorInfo) String() string {
-	dt := t.DType.String()
-	if !t.DType.Valid() {
-		dt = t.ONNXType
-	}
-	return fmt.Sprintf("%s %s %s", t.Name, dt, FormatShape(t.Dims))
+	return fmt.Sprintf("%s %s %s", t.Name, t.Datatype(), FormatShape(t.Dims))
 }
 
 // ModelInfo lists a model's inputs and outputs in the model's order.

@@ -58,11 +58,7 @@ func (a *app) inspectModel(ortLib, path string) error {
 	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "KIND\tNAME\tDATATYPE\tSHAPE")
 	row := func(kind string, t runtime.TensorInfo) {
-		dt := t.ONNXType
-		if t.DType.Valid() {
-			dt = t.DType.String()
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", kind, t.Name, dt, runtime.FormatShape(t.Dims))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", kind, t.Name, t.Datatype(), runtime.FormatShape(t.Dims))
 	}
 	for _, t := range info.Inputs {
 		row("input", t)
