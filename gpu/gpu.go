@@ -72,54 +72,62 @@ func Error(op string, r nvml.Return) error {
 // whose identity cannot be read is an error; utilization that NVML does not
 // support is reported as -1.
 func Discover(lib Library) (Inventory, error) {
-	if r := lib.Init(); r != nvml.SUCCESS {
-		// Nothing else may be called after a failed Init.
-		return Inventory{}, fmt.Errorf("%w: NVML init failed: %s", ErrNoGPU, initReason(r))
+	driver, handles, devs, err := attach(lib)
+	if err != nil {
+		return Inventory{Driver: driver}, err
 	}
 	defer lib.Shutdown()
+	for i := range devs {
+		if err := sample(&devs[i], handles[i]); err != nil {
+			return Inventory{Driver: driver}, err
+		}
+	}
+	return Inventory{Driver: driver, Devices: devs}, nil
+}
 
-	var inv Inventory
+// attach initialises NVML and reads every device's handle and identity
+// (index, UUID, name, compute capability). On success the caller owns the
+// NVML session and must call lib.Shutdown; on error it is already shut down
+// (or never started: nothing may be called after a failed Init). The error
+// wraps ErrNoGPU when NVML cannot start or reports no device.
+func attach(lib Library) (driver string, handles []nvml.Device, devs []Device, err error) {
+	if r := lib.Init(); r != nvml.SUCCESS {
+		return "", nil, nil, fmt.Errorf("%w: NVML init failed: %s", ErrNoGPU, initReason(r))
+	}
+	defer func() {
+		if err != nil {
+			lib.Shutdown()
+		}
+	}()
 	if v, r := lib.SystemGetDriverVersion(); r == nvml.SUCCESS {
-		inv.Driver = v
+		driver = v
 	}
 	n, r := lib.DeviceGetCount()
 	if err := Error("device count", r); err != nil {
-		return inv, fmt.Errorf("%w: %w", ErrNoGPU, err)
+		return driver, nil, nil, fmt.Errorf("%w: %w", ErrNoGPU, err)
 	}
 	if n == 0 {
-		return inv, fmt.Errorf("%w: NVML reports no device (driver %s)", ErrNoGPU, inv.Driver)
+		return driver, nil, nil, fmt.Errorf("%w: NVML reports no device (driver %s)", ErrNoGPU, driver)
 	}
-	for i := 0; i < n; i++ {
+	handles, devs = make([]nvml.Device, n), make([]Device, n)
+	for i := range n {
 		h, r := lib.DeviceGetHandleByIndex(i)
 		if err := Error(fmt.Sprintf("device %d handle", i), r); err != nil {
-			return inv, err
+			return driver, nil, nil, err
 		}
-		d, err := describe(i, h)
-		if err != nil {
-			return inv, err
+		d := Device{Index: i, Utilization: -1}
+		if d.UUID, r = h.GetUUID(); r != nvml.SUCCESS {
+			return driver, nil, nil, Error(fmt.Sprintf("device %d uuid", i), r)
 		}
-		inv.Devices = append(inv.Devices, d)
+		if d.Name, r = h.GetName(); r != nvml.SUCCESS {
+			return driver, nil, nil, Error(fmt.Sprintf("device %d name", i), r)
+		}
+		if major, minor, r := h.GetCudaComputeCapability(); r == nvml.SUCCESS {
+			d.ComputeCapability = fmt.Sprintf("%d.%d", major, minor)
+		}
+		handles[i], devs[i] = h, d
 	}
-	return inv, nil
-}
-
-// describe reads one device's identity, memory and utilization.
-func describe(i int, h nvml.Device) (Device, error) {
-	d := Device{Index: i, Utilization: -1}
-	var r nvml.Return
-	if d.UUID, r = h.GetUUID(); r != nvml.SUCCESS {
-		return d, Error(fmt.Sprintf("device %d uuid", i), r)
-	}
-	if d.Name, r = h.GetName(); r != nvml.SUCCESS {
-		return d, Error(fmt.Sprintf("device %d name", i), r)
-	}
-	if major, minor, r := h.GetCudaComputeCapability(); r == nvml.SUCCESS {
-		d.ComputeCapability = fmt.Sprintf("%d.%d", major, minor)
-	}
-	if err := sample(&d, h); err != nil {
-		return d, err
-	}
-	return d, nil
+	return driver, handles, devs, nil
 }
 
 // sample refreshes d's memory and utilization from h.

@@ -68,13 +68,19 @@ func TestDiscoverInitFailureCallsNothingElse(t *testing.T) {
 	}
 }
 
-func TestDiscoverErrors(t *testing.T) {
-	tests := []struct {
-		name    string
-		breakIt func(s *dgxa100.Server)
-		noGPU   bool
-		want    string
-	}{
+// breakage is one NVML failure injected into a fake machine, the text the
+// error must carry, and whether it means "no GPU".
+type breakage struct {
+	name    string
+	breakIt func(s *dgxa100.Server)
+	noGPU   bool
+	want    string
+}
+
+// attachBreakages fail each call attach makes (shared by Discover and the
+// Sampler's start).
+func attachBreakages() []breakage {
+	return []breakage{
 		{"count fails", func(s *dgxa100.Server) {
 			s.DeviceGetCountFunc = func() (int, nvml.Return) { return 0, nvml.ERROR_UNKNOWN }
 		}, true, "device count"},
@@ -88,12 +94,15 @@ func TestDiscoverErrors(t *testing.T) {
 			s.Devices[3].(*dgxa100.Device).GetUUIDFunc = func() (string, nvml.Return) { return "", nvml.ERROR_UNKNOWN }
 		}, false, "device 3 uuid"},
 		{"name fails", func(s *dgxa100.Server) {
-			s.Devices[2].(*dgxa100.Device).GetNameFunc = func() (string, nvml.Return) { return "", nvml.ERROR_UNKNOWN }
-		}, false, "device 2 name"},
-		{"memory fails", func(s *dgxa100.Server) {
-			s.Devices[1].(*dgxa100.Device).GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) { return nvml.Memory{}, nvml.ERROR_UNKNOWN }
-		}, false, "device 1 memory"},
+			s.Devices[6].(*dgxa100.Device).GetNameFunc = func() (string, nvml.Return) { return "", nvml.ERROR_UNKNOWN }
+		}, false, "device 6 name"},
 	}
+}
+
+func TestDiscoverErrors(t *testing.T) {
+	tests := append(attachBreakages(), breakage{"memory fails", func(s *dgxa100.Server) {
+		s.Devices[1].(*dgxa100.Device).GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) { return nvml.Memory{}, nvml.ERROR_UNKNOWN }
+	}, false, "device 1 memory"})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := fakeMachine(t)

@@ -90,33 +90,11 @@ func NewSampler(cfg SamplerConfig) (*Sampler, error) {
 // listed at start.
 func (s *Sampler) Run(ctx context.Context) error {
 	lib := s.cfg.Library
-	if r := lib.Init(); r != nvml.SUCCESS {
-		return fmt.Errorf("%w: NVML init failed: %s", ErrNoGPU, initReason(r))
+	_, handles, idents, err := attach(lib)
+	if err != nil {
+		return err
 	}
 	defer lib.Shutdown()
-	n, r := lib.DeviceGetCount()
-	if err := Error("device count", r); err != nil {
-		return fmt.Errorf("%w: %w", ErrNoGPU, err)
-	}
-	if n == 0 {
-		return fmt.Errorf("%w: NVML reports no device", ErrNoGPU)
-	}
-	handles := make([]nvml.Device, n)
-	idents := make([]Device, n)
-	for i := range n {
-		h, r := lib.DeviceGetHandleByIndex(i)
-		if err := Error(fmt.Sprintf("device %d handle", i), r); err != nil {
-			return err
-		}
-		handles[i] = h
-		idents[i] = Device{Index: i, Utilization: -1}
-		if idents[i].UUID, r = h.GetUUID(); r != nvml.SUCCESS {
-			return Error(fmt.Sprintf("device %d uuid", i), r)
-		}
-		if idents[i].Name, r = h.GetName(); r != nvml.SUCCESS {
-			return Error(fmt.Sprintf("device %d name", i), r)
-		}
-	}
 	t := time.NewTicker(s.cfg.Interval)
 	defer t.Stop()
 	for {

@@ -117,28 +117,7 @@ func TestSamplerInitFailureCallsNothingElse(t *testing.T) {
 }
 
 func TestSamplerStartErrors(t *testing.T) {
-	tests := []struct {
-		name    string
-		breakIt func(s *dgxa100.Server)
-		noGPU   bool
-		want    string
-	}{
-		{"count fails", func(s *dgxa100.Server) {
-			s.DeviceGetCountFunc = func() (int, nvml.Return) { return 0, nvml.ERROR_UNKNOWN }
-		}, true, "device count"},
-		{"no devices", func(s *dgxa100.Server) {
-			s.DeviceGetCountFunc = func() (int, nvml.Return) { return 0, nvml.SUCCESS }
-		}, true, "NVML reports no device"},
-		{"handle fails", func(s *dgxa100.Server) {
-			s.DeviceGetHandleByIndexFunc = func(int) (nvml.Device, nvml.Return) { return nil, nvml.ERROR_GPU_IS_LOST }
-		}, false, "device 0 handle"},
-		{"uuid fails", func(s *dgxa100.Server) {
-			s.Devices[5].(*dgxa100.Device).GetUUIDFunc = func() (string, nvml.Return) { return "", nvml.ERROR_UNKNOWN }
-		}, false, "device 5 uuid"},
-		{"name fails", func(s *dgxa100.Server) {
-			s.Devices[6].(*dgxa100.Device).GetNameFunc = func() (string, nvml.Return) { return "", nvml.ERROR_UNKNOWN }
-		}, false, "device 6 name"},
-	}
+	tests := attachBreakages()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			m := fakeMachine(t)
