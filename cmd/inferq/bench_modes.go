@@ -233,36 +233,17 @@ func (p *producers) close() {
 // enqueueStarter sends tasks for m to queue through the producer clients
 // and verifies each record that comes back on the reply channel.
 func (p *producers) enqueueStarter(m *benchModel, queue string) starter {
-	return func(ctx, wctx context.Context, pi, n int, fin func(error)) error {
-		c := p.clients[pi%len(p.clients)]
-		in := make([][]runtime.Tensor, n)
-		for i := range in {
-			in[i] = m.input()
-		}
-		ids, err := c.EnqueueMany(ctx, m.cfg.Name, in, client.WithQueue(queue))
-		var be *mq.BatchError
-		if err != nil && !errors.As(err, &be) {
-			return err
-		}
-		for i, id := range ids {
-			if be != nil && i < len(be.Errs) && be.Errs[i] != nil {
-				fin(fmt.Errorf("send: %w", be.Errs[i]))
-				continue
+	return p.starter(m, []client.Option{client.WithQueue(queue)}, func(wctx context.Context, c *client.Client, id string, fin func(error)) {
+		rec, err := c.Wait(wctx, id)
+		if err != nil {
+			if wctx.Err() != nil {
+				err = fmt.Errorf("%w: task %s", errLost, id)
 			}
-			go func() {
-				rec, err := c.Wait(wctx, id)
-				if err != nil {
-					if wctx.Err() != nil {
-						err = fmt.Errorf("%w: task %s", errLost, id)
-					}
-					fin(err)
-					return
-				}
-				fin(m.check.record(id, rec))
-			}()
+			fin(err)
+			return
 		}
-		return nil
-	}
+		fin(m.check.record(id, rec))
+	})
 }
 
 // adapterPoll is how often an adapter-mode producer reads a task's compat
@@ -272,13 +253,41 @@ const adapterPoll = 2 * time.Millisecond
 // compatStarter sends tasks the Python adapter's way (no reply_to, a
 // PENDING record on rayserve-result-<id>) and polls each result channel.
 func (p *producers) compatStarter(m *benchModel, queue string) starter {
+	return p.starter(m, []client.Option{client.WithQueue(queue), client.WithCompat()}, func(wctx context.Context, c *client.Client, id string, fin func(error)) {
+		t := time.NewTicker(adapterPoll)
+		defer t.Stop()
+		for {
+			rec, err := c.Status(wctx, id)
+			switch {
+			case wctx.Err() != nil:
+				fin(fmt.Errorf("%w: task %s", errLost, id))
+				return
+			case err != nil:
+				fin(err)
+				return
+			case rec.Status.Terminal():
+				fin(m.check.record(id, rec))
+				return
+			}
+			select {
+			case <-wctx.Done():
+			case <-t.C:
+			}
+		}
+	})
+}
+
+// starter sends n tasks for m in one EnqueueMany through producer pi's
+// client, fails the ones the broker refused, and collects each of the
+// others with collect on its own goroutine.
+func (p *producers) starter(m *benchModel, opts []client.Option, collect func(wctx context.Context, c *client.Client, id string, fin func(error))) starter {
 	return func(ctx, wctx context.Context, pi, n int, fin func(error)) error {
 		c := p.clients[pi%len(p.clients)]
 		in := make([][]runtime.Tensor, n)
 		for i := range in {
 			in[i] = m.input()
 		}
-		ids, err := c.EnqueueMany(ctx, m.cfg.Name, in, client.WithQueue(queue), client.WithCompat())
+		ids, err := c.EnqueueMany(ctx, m.cfg.Name, in, opts...)
 		var be *mq.BatchError
 		if err != nil && !errors.As(err, &be) {
 			return err
@@ -288,28 +297,7 @@ func (p *producers) compatStarter(m *benchModel, queue string) starter {
 				fin(fmt.Errorf("send: %w", be.Errs[i]))
 				continue
 			}
-			go func() {
-				t := time.NewTicker(adapterPoll)
-				defer t.Stop()
-				for {
-					rec, err := c.Status(wctx, id)
-					switch {
-					case wctx.Err() != nil:
-						fin(fmt.Errorf("%w: task %s", errLost, id))
-						return
-					case err != nil:
-						fin(err)
-						return
-					case rec.Status.Terminal():
-						fin(m.check.record(id, rec))
-						return
-					}
-					select {
-					case <-wctx.Done():
-					case <-t.C:
-					}
-				}
-			}()
+			go collect(wctx, c, id, fin)
 		}
 		return nil
 	}
