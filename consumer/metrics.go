@@ -111,3 +111,21 @@ type batchObserver struct {
 
 func (o batchObserver) ObserveQueueWait(d time.Duration)  { o.wait.Observe(d.Seconds()) }
 func (o batchObserver) ObserveBatch(s runtime.BatchStats) { o.size.Observe(float64(s.Rows)) }
+
+// modelMetrics are one model's collectors on the per-task path, looked up
+// once instead of by label values for every task.
+type modelMetrics struct {
+	inflight            prometheus.Gauge
+	queue, infer, store prometheus.Observer
+	success             prometheus.Counter
+}
+
+func (m *Metrics) forModel(name string) *modelMetrics {
+	return &modelMetrics{
+		inflight: m.Inflight.WithLabelValues(name),
+		queue:    m.Duration.WithLabelValues(name, StageQueue),
+		infer:    m.Duration.WithLabelValues(name, StageInfer),
+		store:    m.Duration.WithLabelValues(name, StageStore),
+		success:  m.Tasks.WithLabelValues(name, OutcomeSuccess),
+	}
+}

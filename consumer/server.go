@@ -50,6 +50,8 @@ type Model struct {
 	Batcher Batcher
 	// Version is reported as model_version in results ("1" when empty).
 	Version string
+	met     *modelMetrics // set by New
+
 	// MaxInFlight is how many of its tasks may be taken and unsettled at
 	// once, from its placement (runtime.Placement.MaxInFlight: 4 full
 	// batches per run loop on every device); 0 derives it from the config
@@ -230,6 +232,7 @@ func New(cfg Config) (*Server, error) {
 		if m.Version == "" {
 			m.Version = "1"
 		}
+		m.met = s.met.forModel(m.Config.Name)
 		q := byQueue[m.Config.Queue]
 		if q == nil {
 			q = &queue{name: m.Config.Queue, models: map[string]*Model{}}
@@ -457,10 +460,10 @@ func (s *Server) take(ctx context.Context, d *delivery) {
 		s.unknownModel(ctx, d, j)
 		return
 	}
-	s.met.Inflight.WithLabelValues(model.Config.Name).Inc()
+	model.met.inflight.Inc()
 	j.span = s.trace.task(d.q.name, m.ID, t, model.Config.Name, j.attempt, d.received)
 	if !t.CreatedAt.IsZero() {
-		s.met.Duration.WithLabelValues(model.Config.Name, StageQueue).Observe(d.received.Sub(t.CreatedAt).Seconds())
+		model.met.queue.Observe(d.received.Sub(t.CreatedAt).Seconds())
 	}
 	if err != nil {
 		s.finish(ctx, j, task.StatusFailure, limitHint(model, fmt.Errorf("task %s: %w", t.ID, err)), OutcomeBadInput)
@@ -642,10 +645,9 @@ func (s *Server) writeLoop(ctx context.Context) {
 // and on final states, a delayed resend (or NAck) for a retry, the dead
 // letter queue after the last attempt.
 func (s *Server) settle(ctx context.Context, j *job) {
-	name := j.model.Config.Name
 	defer func() {
 		s.inflight.Add(-1)
-		s.met.Inflight.WithLabelValues(name).Dec()
+		j.model.met.inflight.Dec()
 	}()
 	started := s.cfg.Now()
 	if j.span != nil {
@@ -653,7 +655,7 @@ func (s *Server) settle(ctx context.Context, j *job) {
 		defer func() { j.span.end(j.outcome, cmp.Or(j.finalErr, j.result.Err)) }()
 	}
 	if !j.enqueued.IsZero() {
-		s.met.Duration.WithLabelValues(name, StageInfer).Observe(started.Sub(j.enqueued).Seconds())
+		j.model.met.infer.Observe(started.Sub(j.enqueued).Seconds())
 	}
 	switch {
 	case j.final != "":
@@ -665,11 +667,11 @@ func (s *Server) settle(ctx context.Context, j *job) {
 			_ = j.msg.NAck()
 			return
 		}
-		s.met.Duration.WithLabelValues(name, StageStore).Observe(s.cfg.Now().Sub(started).Seconds())
+		j.model.met.store.Observe(s.cfg.Now().Sub(started).Seconds())
 		if err := j.msg.Ack(); err != nil {
 			s.log.Warn("ack failed after the result was stored", "task_id", j.task.ID, "err", err)
 		}
-		s.met.Tasks.WithLabelValues(name, OutcomeSuccess).Inc()
+		j.model.met.success.Inc()
 		s.pub.progress(j.q.name, j.task.ID, PctStored, "stored")
 	case errors.Is(j.result.Err, runtime.ErrInvalidInput):
 		s.fail(ctx, j, task.StatusFailure, j.result.Err, OutcomeBadInput, true)
