@@ -30,7 +30,7 @@ ORT_GPU_FILES := \
 
 MODELS_DIR ?= data/models
 
-.PHONY: setup setup-gpu build test lint run examples clean
+.PHONY: setup setup-gpu build test nocgo lint run examples clean
 
 ## setup: fetch onnxruntime's shared library into lib/ (skipped when present and matching)
 setup:
@@ -105,12 +105,16 @@ build:
 SDK_RACE_TESTS := TestBrokerLossMidLoad|TestPollerRecoversFromBrokerRestart|TestSettleErrors|TestBrokerRestartMidWait
 
 ## test: fetch onnxruntime when needed, then run every test with the race detector
-test: setup
+test: setup nocgo
 	$(GO) test -race -timeout 12m ./...
 	$(GO) test -count=1 -timeout 5m -run '^($(SDK_RACE_TESTS))$$' ./consumer/ ./mq/ ./client/
 
+## nocgo: the producer side (client, task, tensor) builds without cgo, so Go producers need no C compiler
+nocgo:
+	CGO_ENABLED=0 $(GO) build ./client/... ./task/... ./tensor/...
+
 ## lint: gofmt and go vet
-lint:
+lint: nocgo
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 

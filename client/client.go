@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/inferq/inferq/mq"
-	"github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/task"
+	"github.com/inferq/inferq/tensor"
 )
 
 // Errors of this package; others wrap them or mq's sentinels
@@ -337,7 +337,7 @@ func (c *Client) QueueOf(model string) string { return c.cfg.QueuePrefix + model
 
 // build makes the messages of one task: the compat PENDING record (when
 // asked) and the task.
-func (c *Client) build(o *enqueueOptions, id, model string, inputs []runtime.Tensor) ([]mq.OutMessage, error) {
+func (c *Client) build(o *enqueueOptions, id, model string, inputs []tensor.Tensor) ([]mq.OutMessage, error) {
 	topts := append([]task.Option{}, o.taskOpts...)
 	if o.binary {
 		topts = append(topts, task.WithBinaryInputs())
@@ -376,13 +376,13 @@ func (c *Client) build(o *enqueueOptions, id, model string, inputs []runtime.Ten
 // can be missed, and registers the task so that its record is kept until
 // Wait or Forget, however early it comes. ctx bounds the call: a task whose
 // ctx ended during the send may still have been stored.
-func (c *Client) Enqueue(ctx context.Context, model string, inputs []runtime.Tensor, opts ...Option) (string, error) {
+func (c *Client) Enqueue(ctx context.Context, model string, inputs []tensor.Tensor, opts ...Option) (string, error) {
 	o := c.options(opts)
 	id := o.id
 	if id == "" {
 		id = task.NewID()
 	}
-	errs, err := c.send(ctx, &o, model, []string{id}, [][]runtime.Tensor{inputs})
+	errs, err := c.send(ctx, &o, model, []string{id}, [][]tensor.Tensor{inputs})
 	if err == nil {
 		err = errs[0]
 	}
@@ -398,7 +398,7 @@ func (c *Client) Enqueue(ctx context.Context, model string, inputs []runtime.Ten
 // the error is an *mq.BatchError whose Errs[i] says why task i was not sent
 // (nil: it was sent); a failure for every task (broker away, closed) may
 // also come as one plain error. Otherwise as Enqueue.
-func (c *Client) EnqueueMany(ctx context.Context, model string, inputs [][]runtime.Tensor, opts ...Option) (ids []string, err error) {
+func (c *Client) EnqueueMany(ctx context.Context, model string, inputs [][]tensor.Tensor, opts ...Option) (ids []string, err error) {
 	o := c.options(opts)
 	ids = make([]string, len(inputs))
 	for i := range ids {
@@ -418,7 +418,7 @@ func (c *Client) EnqueueMany(ctx context.Context, model string, inputs [][]runti
 
 // send builds and sends the tasks; errs[i] is task i's error when err is
 // nil.
-func (c *Client) send(ctx context.Context, o *enqueueOptions, model string, ids []string, inputs [][]runtime.Tensor) (errs []error, err error) {
+func (c *Client) send(ctx context.Context, o *enqueueOptions, model string, ids []string, inputs [][]tensor.Tensor) (errs []error, err error) {
 	select {
 	case <-c.closed:
 		return nil, ErrClosed

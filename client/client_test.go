@@ -16,8 +16,8 @@ import (
 	"github.com/inferq/inferq/client"
 	"github.com/inferq/inferq/client/clienttest"
 	"github.com/inferq/inferq/mq"
-	irt "github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/task"
+	"github.com/inferq/inferq/tensor"
 )
 
 // fastBroker shortens the broker's poll floor and its protocol second
@@ -91,12 +91,12 @@ func ctxT(t testing.TB, d time.Duration) context.Context {
 	return ctx
 }
 
-func mlpInput(first float32) []irt.Tensor {
+func mlpInput(first float32) []tensor.Tensor {
 	x := make([]float32, 16)
 	for i := range x {
 		x[i] = first + float32(i)
 	}
-	return []irt.Tensor{irt.NewTensor("x", []int64{1, 16}, x)}
+	return []tensor.Tensor{tensor.NewTensor("x", []int64{1, 16}, x)}
 }
 
 // checkMLP checks a record of clienttest.MLP.
@@ -112,7 +112,7 @@ func checkMLP(t testing.TB, id string, rec *task.Record) {
 	if len(resp.Outputs) != 1 || resp.Outputs[0].Name != "probs" {
 		t.Fatalf("outputs %+v", resp.Outputs)
 	}
-	p, err := irt.Values[float32](resp.Outputs[0].Tensor)
+	p, err := tensor.Values[float32](resp.Outputs[0].Tensor)
 	if err != nil || fmt.Sprint(p) != "[0.1 0.2 0.3 0.4]" {
 		t.Fatalf("probs %v, %v", p, err)
 	}
@@ -120,12 +120,12 @@ func checkMLP(t testing.TB, id string, rec *task.Record) {
 
 func TestRoundTrip(t *testing.T) {
 	srv := fastBroker(t)
-	clienttest.StartWorker(t, clienttest.Config{Address: srv.Addr, Model: clienttest.Echo(irt.INT64, 3)})
+	clienttest.StartWorker(t, clienttest.Config{Address: srv.Addr, Model: clienttest.Echo(tensor.INT64, 3)})
 	c := newClient(t, srv.Addr, "roundtrip")
 	ctx := ctxT(t, 20*time.Second)
 	for _, binary := range []bool{false, true} {
 		t.Run(fmt.Sprintf("binary=%v", binary), func(t *testing.T) {
-			in := []irt.Tensor{irt.NewTensor("x", []int64{2, 3}, []int64{1, -2, 3, 1 << 40, 5, 6})}
+			in := []tensor.Tensor{tensor.NewTensor("x", []int64{2, 3}, []int64{1, -2, 3, 1 << 40, 5, 6})}
 			var opts []client.Option
 			if binary {
 				opts = append(opts, client.WithBinaryInputs(), client.WithTaskOptions(task.WithBinaryOutputs()))
@@ -146,7 +146,7 @@ func TestRoundTrip(t *testing.T) {
 				t.Fatal(err)
 			}
 			y := resp.Outputs[0]
-			got, _ := irt.Values[int64](y.Tensor)
+			got, _ := tensor.Values[int64](y.Tensor)
 			if y.Name != "y" || y.Binary != binary || fmt.Sprint(y.Shape, got) != "[2 3] [1 -2 3 1099511627776 5 6]" {
 				t.Errorf("output %s binary=%v %v", y.Tensor, y.Binary, got)
 			}
@@ -156,7 +156,7 @@ func TestRoundTrip(t *testing.T) {
 		})
 	}
 	// A task the model refuses comes back as a FAILURE record.
-	id, err := c.Enqueue(ctx, "echo", []irt.Tensor{irt.NewTensor("x", []int64{1, 2}, []int64{1, 2})})
+	id, err := c.Enqueue(ctx, "echo", []tensor.Tensor{tensor.NewTensor("x", []int64{1, 2}, []int64{1, 2})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +180,7 @@ func TestManyTasksBatched(t *testing.T) {
 		t.Fatal(err)
 	}
 	const n = 400
-	inputs := make([][]irt.Tensor, n)
+	inputs := make([][]tensor.Tensor, n)
 	for i := range inputs {
 		inputs[i] = mlpInput(float32(i))
 	}
@@ -244,7 +244,7 @@ func TestDuplicateRecordsWaitReturnsOnce(t *testing.T) {
 	c := newClient(t, srv.Addr, "dups")
 	ctx := ctxT(t, 20*time.Second)
 	const n = 20
-	inputs := make([][]irt.Tensor, n)
+	inputs := make([][]tensor.Tensor, n)
 	for i := range inputs {
 		inputs[i] = mlpInput(1)
 	}
@@ -336,7 +336,7 @@ func TestRestartedClientGetsMissedResults(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "record received", func() bool { return c1.Stats().Unclaimed == 1 })
 	w.Stop()
-	ids, err := c1.EnqueueMany(ctx, "mlp", [][]irt.Tensor{mlpInput(1), mlpInput(2), mlpInput(3)})
+	ids, err := c1.EnqueueMany(ctx, "mlp", [][]tensor.Tensor{mlpInput(1), mlpInput(2), mlpInput(3)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -372,7 +372,7 @@ func TestBrokerRestartMidWait(t *testing.T) {
 	c := newClient(t, srv.Addr, "brokerloss")
 	ctx := ctxT(t, 60*time.Second)
 	w := clienttest.StartWorker(t, clienttest.Config{Address: srv.Addr, Model: clienttest.MLP()})
-	first := make([][]irt.Tensor, 10)
+	first := make([][]tensor.Tensor, 10)
 	for i := range first {
 		first[i] = mlpInput(0)
 	}

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/inferq/inferq/mq"
-	"github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/task"
+	"github.com/inferq/inferq/tensor"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -48,7 +48,7 @@ func (e *QueryError) Unwrap() error { return ErrQueryFailed }
 // WithID, WithRetries and WithCompat do not apply. The trace context of
 // ctx travels in the traceparent tag unless task.WithTraceParent sets one.
 // Safe for concurrent use; it needs no reply subscription (Ready).
-func (c *Client) Query(ctx context.Context, model string, inputs []runtime.Tensor, timeout time.Duration, opts ...Option) (*task.InferResponse, error) {
+func (c *Client) Query(ctx context.Context, model string, inputs []tensor.Tensor, timeout time.Duration, opts ...Option) (*task.InferResponse, error) {
 	if timeout <= 0 {
 		timeout = DefaultQueryTimeout
 	}

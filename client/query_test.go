@@ -10,8 +10,8 @@ import (
 
 	"github.com/inferq/inferq/client"
 	"github.com/inferq/inferq/mq"
-	irt "github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/task"
+	"github.com/inferq/inferq/tensor"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -53,7 +53,7 @@ func (r *queryResponder) run(req *mq.QueryRequest) task.QueryResponse {
 	fail := func(err error) task.QueryResponse {
 		return task.QueryResponse{Status: task.StatusFailure, Error: err.Error()}
 	}
-	info := irt.ModelInfo{Inputs: []irt.TensorInfo{{Name: "x", DType: irt.FP32, Dims: []int64{-1, 16}}}}
+	info := tensor.ModelInfo{Inputs: []tensor.TensorInfo{{Name: "x", DType: tensor.FP32, Dims: []int64{-1, 16}}}}
 	t, err := task.ParseQuery(req.Body, req.Tags, task.Limits{})
 	if err != nil {
 		return fail(err)
@@ -62,7 +62,7 @@ func (r *queryResponder) run(req *mq.QueryRequest) task.QueryResponse {
 	if err != nil {
 		return fail(err)
 	}
-	x, _ := irt.Values[float32](in[0])
+	x, _ := tensor.Values[float32](in[0])
 	if x[0] < 0 {
 		return fail(errors.New(`model "mlp": inference failed: negative`))
 	}
@@ -70,7 +70,7 @@ func (r *queryResponder) run(req *mq.QueryRequest) task.QueryResponse {
 	for i, v := range x {
 		y[i] = 2 * v
 	}
-	result, bin, err := task.NewInferResponse(t.Name, "1", []irt.Tensor{irt.NewTensor("y", in[0].Shape, y)}, t).Encode()
+	result, bin, err := task.NewInferResponse(t.Name, "1", []tensor.Tensor{tensor.NewTensor("y", in[0].Shape, y)}, t).Encode()
 	if err != nil {
 		return fail(err)
 	}
@@ -85,7 +85,7 @@ func (r *queryResponder) traceparents() []string {
 
 // queryWhenLive retries a query until the responder's subscription is live
 // (a query with no subscriber waits for its whole timeout).
-func queryWhenLive(t *testing.T, c *client.Client, ctx context.Context, in []irt.Tensor, opts ...client.Option) (*task.InferResponse, error) {
+func queryWhenLive(t *testing.T, c *client.Client, ctx context.Context, in []tensor.Tensor, opts ...client.Option) (*task.InferResponse, error) {
 	t.Helper()
 	for {
 		resp, err := c.Query(ctx, "mlp", in, 200*time.Millisecond, opts...)
@@ -110,7 +110,7 @@ func TestQuery(t *testing.T) {
 		if err != nil {
 			t.Fatalf("binary %v: %v", binary, err)
 		}
-		y, err := irt.Values[float32](resp.Outputs[0].Tensor)
+		y, err := tensor.Values[float32](resp.Outputs[0].Tensor)
 		if err != nil || len(y) != 16 || y[0] != 2 || y[15] != 32 || resp.Outputs[0].Binary != binary {
 			t.Fatalf("binary %v: y = %v (binary %v), %v", binary, y, resp.Outputs[0].Binary, err)
 		}

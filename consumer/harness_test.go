@@ -21,6 +21,7 @@ import (
 	"github.com/inferq/inferq/results"
 	"github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/task"
+	"github.com/inferq/inferq/tensor"
 	pb "github.com/kubemq-io/protobuf/go"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -29,9 +30,9 @@ import (
 // value of x steers the fake: >= 1000 fails every attempt, 500..999 fails
 // the first (value-500) attempts of that task, NaN panics nowhere but
 // counts as a run.
-var fakeInfo = runtime.ModelInfo{
-	Inputs:  []runtime.TensorInfo{{Name: "x", DType: runtime.FP32, Dims: []int64{-1, 4}}},
-	Outputs: []runtime.TensorInfo{{Name: "y", DType: runtime.FP32, Dims: []int64{-1, 4}}},
+var fakeInfo = tensor.ModelInfo{
+	Inputs:  []tensor.TensorInfo{{Name: "x", DType: tensor.FP32, Dims: []int64{-1, 4}}},
+	Outputs: []tensor.TensorInfo{{Name: "y", DType: tensor.FP32, Dims: []int64{-1, 4}}},
 }
 
 // fakeBatcher runs each item on its own goroutine, like a batcher that
@@ -64,7 +65,7 @@ func (f *fakeBatcher) Enqueue(ctx context.Context, r *runtime.Request) error {
 
 func (f *fakeBatcher) run(it runtime.Item) runtime.ItemResult {
 	f.total.Add(1)
-	x, err := runtime.Values[float32](it.Inputs[0])
+	x, err := tensor.Values[float32](it.Inputs[0])
 	if err != nil {
 		return runtime.ItemResult{Err: err}
 	}
@@ -82,7 +83,7 @@ func (f *fakeBatcher) run(it runtime.Item) runtime.ItemResult {
 	for i, v := range x {
 		y[i] = 2 * v
 	}
-	return runtime.ItemResult{Outputs: []runtime.Tensor{runtime.NewTensor("y", it.Inputs[0].Shape, y)}}
+	return runtime.ItemResult{Outputs: []tensor.Tensor{tensor.NewTensor("y", it.Inputs[0].Shape, y)}}
 }
 
 func (f *fakeBatcher) runsOf(key float32) int {
@@ -295,9 +296,9 @@ func (h *harness) send(id string, a, key float32, opts ...task.Option) {
 
 func (h *harness) taskMsg(id, model string, a, key float32, opts ...task.Option) mq.OutMessage {
 	h.t.Helper()
-	x := runtime.NewTensor("x", []int64{1, 4}, []float32{a, key, 0, 0})
+	x := tensor.NewTensor("x", []int64{1, 4}, []float32{a, key, 0, 0})
 	opts = append([]task.Option{task.WithReplyTo(h.reply)}, opts...)
-	body, tags, err := task.NewTask(id, model, []runtime.Tensor{x}, opts...)
+	body, tags, err := task.NewTask(id, model, []tensor.Tensor{x}, opts...)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -385,7 +386,7 @@ func outputs(t *testing.T, r *task.Record) []float32 {
 	if len(resp.Outputs) != 1 {
 		t.Fatalf("record %s: %d outputs", r.TaskID, len(resp.Outputs))
 	}
-	v, err := runtime.Values[float32](resp.Outputs[0].Tensor)
+	v, err := tensor.Values[float32](resp.Outputs[0].Tensor)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,8 +5,8 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/task"
+	"github.com/inferq/inferq/tensor"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -83,7 +83,7 @@ type tensorMeta struct {
 	Shape    []int64 `json:"shape"`
 }
 
-func tensorMetas(ts []runtime.TensorInfo) []tensorMeta {
+func tensorMetas(ts []tensor.TensorInfo) []tensorMeta {
 	out := make([]tensorMeta, len(ts))
 	for i, t := range ts {
 		out[i] = tensorMeta{t.Name, t.Datatype(), t.Dims}

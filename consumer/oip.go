@@ -15,6 +15,7 @@ import (
 
 	"github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/task"
+	"github.com/inferq/inferq/tensor"
 )
 
 // The Open Inference Protocol (KServe v2, Triton's HTTP API) over HTTP:
@@ -281,7 +282,7 @@ func (r *inferRequest) binary(name string) bool {
 // (the binary tensor extension) the raw tensor data after it. The tensors
 // are read by package task against the model, with every datatype,
 // nested or flat data, and the shape and size checks of a task.
-func parseInfer(body []byte, headerLen string, info runtime.ModelInfo, lim task.Limits) ([]runtime.Tensor, inferRequest, error) {
+func parseInfer(body []byte, headerLen string, info tensor.ModelInfo, lim task.Limits) ([]tensor.Tensor, inferRequest, error) {
 	var req inferRequest
 	header, bin := body, []byte(nil)
 	if headerLen = strings.TrimSpace(headerLen); headerLen != "" {

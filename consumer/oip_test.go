@@ -16,8 +16,8 @@ import (
 
 	"github.com/inferq/inferq/consumer"
 	"github.com/inferq/inferq/mq"
-	"github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/task"
+	"github.com/inferq/inferq/tensor"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -185,7 +185,7 @@ func checkOIPOutput(t *testing.T, js, bin []byte, want []float32) {
 	if ir.ModelName != testModel || ir.ModelVersion != "1" || len(ir.Outputs) != 1 || ir.Outputs[0].Name != "y" {
 		t.Fatalf("response %s", js)
 	}
-	y, err := runtime.Values[float32](ir.Outputs[0].Tensor)
+	y, err := tensor.Values[float32](ir.Outputs[0].Tensor)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/inferq/inferq/results"
 	"github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/task"
+	"github.com/inferq/inferq/tensor"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -40,7 +41,7 @@ func (r *gatedRunner) RunBatch(ctx context.Context, items []runtime.Item) []runt
 	res := make([]runtime.ItemResult, len(items))
 	var keys []float32
 	for i, it := range items {
-		x, _ := runtime.Values[float32](it.Inputs[0])
+		x, _ := tensor.Values[float32](it.Inputs[0])
 		keys = append(keys, x[1])
 		if len(it.Outputs) > 0 && (len(it.Outputs) != 1 || it.Outputs[0] != "y") {
 			res[i].Err = fmt.Errorf("%w: outputs %q: the model has y", runtime.ErrInvalidInput, it.Outputs)
@@ -156,8 +157,8 @@ func TestQueryAnswered(t *testing.T) {
 			opts = []task.Option{task.WithBinaryInputs(), task.WithBinaryOutputs("y")}
 		}
 		t.Run(name, func(t *testing.T) {
-			x := runtime.NewTensor("x", []int64{2, 4}, []float32{1, 2, 3, 4, 5, 6, 7, 8})
-			body, tags, err := task.NewQuery(testModel, []runtime.Tensor{x}, opts...)
+			x := tensor.NewTensor("x", []int64{2, 4}, []float32{1, 2, 3, 4, 5, 6, 7, 8})
+			body, tags, err := task.NewQuery(testModel, []tensor.Tensor{x}, opts...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -191,7 +192,7 @@ func checkY(t *testing.T, resp *task.QueryResponse, want []float32) {
 	if len(ir.Outputs) != 1 || ir.Outputs[0].Name != "y" {
 		t.Fatalf("outputs %+v", ir.Outputs)
 	}
-	y, err := runtime.Values[float32](ir.Outputs[0].Tensor)
+	y, err := tensor.Values[float32](ir.Outputs[0].Tensor)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/inferq/inferq/results"
 	"github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/task"
+	"github.com/inferq/inferq/tensor"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -46,7 +47,7 @@ type Broker interface {
 // Model is one served model as the consumer sees it.
 type Model struct {
 	Config  models.Model
-	Info    runtime.ModelInfo
+	Info    tensor.ModelInfo
 	Batcher Batcher
 	// Version is reported as model_version in results ("1" when empty).
 	Version string

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 
+	"github.com/inferq/inferq/tensor"
 	ort "github.com/yalue/onnxruntime_go"
 )
 
@@ -26,10 +27,10 @@ type InputError struct {
 	Name string
 	// Expected is the model's declaration; zero when Name is not the
 	// model's.
-	Expected TensorInfo
+	Expected tensor.TensorInfo
 	// GotDType and GotShape are what the item carried; zero when the input
 	// is missing.
-	GotDType DType
+	GotDType tensor.DType
 	GotShape []int64
 	// Problem replaces the expected/got comparison when that is not the
 	// issue (missing, unknown); Detail is appended to it.
@@ -43,7 +44,7 @@ func (e *InputError) Error() string {
 	if e.Problem != "" {
 		b.WriteString(e.Problem)
 	} else {
-		fmt.Fprintf(&b, "expected %s %s, got %s %s", e.Expected.DType, FormatShape(e.Expected.Dims), e.GotDType, FormatShape(e.GotShape))
+		fmt.Fprintf(&b, "expected %s %s, got %s %s", e.Expected.DType, tensor.FormatShape(e.Expected.Dims), e.GotDType, tensor.FormatShape(e.GotShape))
 	}
 	if e.Detail != "" {
 		b.WriteString(": ")
@@ -60,7 +61,7 @@ func (e *InputError) Unwrap() error { return ErrInvalidInput }
 // input is the item's row count. RunBatch reads the inputs' data during the
 // call and does not keep it.
 type Item struct {
-	Inputs  []Tensor
+	Inputs  []tensor.Tensor
 	Outputs []string
 }
 
@@ -68,13 +69,13 @@ type Item struct {
 // for (model order when all), each with the item's rows only, or the error
 // that failed this item alone.
 type ItemResult struct {
-	Outputs []Tensor
+	Outputs []tensor.Tensor
 	Err     error
 }
 
 // prepared is an item that passed validation.
 type prepared struct {
-	in   []*Tensor // in model input order
+	in   []*tensor.Tensor // in model input order
 	rows int64
 	out  []int // output indexes to return
 }
@@ -118,7 +119,7 @@ func (s *Session) RunBatch(ctx context.Context, items []Item) []ItemResult {
 // spare the garbage collector: nothing in it outlives the call.
 type scratch struct {
 	preps []prepared
-	slots []*Tensor
+	slots []*tensor.Tensor
 	valid []int
 }
 
@@ -136,7 +137,7 @@ func (s *Session) getScratch(n int) *scratch {
 		sc.valid = make([]int, 0, n)
 	}
 	if cap(sc.slots) < n*nIn {
-		sc.slots = make([]*Tensor, n*nIn)
+		sc.slots = make([]*tensor.Tensor, n*nIn)
 	}
 	sc.preps, sc.slots, sc.valid = sc.preps[:n], sc.slots[:n*nIn], sc.valid[:0]
 	return sc
@@ -194,7 +195,7 @@ func (s *Session) prepare(it *Item, p *prepared) error {
 	for j, t := range p.in {
 		if t == nil {
 			return &InputError{Kind: "input", Name: model[j].Name, Expected: model[j],
-				Problem: fmt.Sprintf("missing, expected %s %s", model[j].DType, FormatShape(model[j].Dims))}
+				Problem: fmt.Sprintf("missing, expected %s %s", model[j].DType, tensor.FormatShape(model[j].Dims))}
 		}
 	}
 	p.rows = p.in[0].Shape[0]
@@ -220,7 +221,7 @@ func (s *Session) prepare(it *Item, p *prepared) error {
 }
 
 // checkInput compares one tensor with the model's declaration.
-func checkInput(t *Tensor, mi *TensorInfo) *InputError {
+func checkInput(t *tensor.Tensor, mi *tensor.TensorInfo) *InputError {
 	mismatch := func(detail string) *InputError {
 		return &InputError{Kind: "input", Name: t.Name, Expected: *mi, GotDType: t.DType, GotShape: t.Shape, Detail: detail}
 	}
@@ -235,11 +236,11 @@ func checkInput(t *Tensor, mi *TensorInfo) *InputError {
 			return mismatch("every dim must be at least 1")
 		}
 	}
-	n := NumElements(t.Shape)
+	n := tensor.NumElements(t.Shape)
 	if n < 0 {
 		return mismatch("too many elements")
 	}
-	if t.DType != BYTES {
+	if t.DType != tensor.BYTES {
 		if want := n * int64(t.DType.Size()); int64(len(t.Data)) != want {
 			return mismatch(fmt.Sprintf("data is %d bytes, the shape needs %d", len(t.Data), want))
 		}
@@ -247,7 +248,7 @@ func checkInput(t *Tensor, mi *TensorInfo) *InputError {
 	}
 	var k int64
 	for b := t.Data; len(b) > 0; k++ {
-		e, rest, err := nextBytesElement(b)
+		e, rest, err := tensor.NextBytesElement(b)
 		if err != nil {
 			return mismatch(err.Error())
 		}
@@ -262,7 +263,7 @@ func checkInput(t *Tensor, mi *TensorInfo) *InputError {
 	return nil
 }
 
-func listInfo(l []TensorInfo) string {
+func listInfo(l []tensor.TensorInfo) string {
 	parts := make([]string, len(l))
 	for i, t := range l {
 		parts[i] = t.String()
@@ -381,7 +382,7 @@ func (s *Session) runGroup(ctx context.Context, preps []prepared, members []int,
 }
 
 // pick returns the selected outputs of a single-item run.
-func (s *Session) pick(outs []Tensor, sel []int) []Tensor {
+func (s *Session) pick(outs []tensor.Tensor, sel []int) []tensor.Tensor {
 	if len(sel) == len(outs) {
 		identity := true
 		for i, k := range sel {
@@ -391,7 +392,7 @@ func (s *Session) pick(outs []Tensor, sel []int) []Tensor {
 			return outs
 		}
 	}
-	r := make([]Tensor, len(sel))
+	r := make([]tensor.Tensor, len(sel))
 	for i, k := range sel {
 		r[i] = outs[k]
 	}
@@ -400,7 +401,7 @@ func (s *Session) pick(outs []Tensor, sel []int) []Tensor {
 
 // runOnce assembles the members' inputs, runs them once and returns every
 // output for the whole group.
-func (s *Session) runOnce(preps []prepared, members []int) ([]Tensor, error) {
+func (s *Session) runOnce(preps []prepared, members []int) ([]tensor.Tensor, error) {
 	var rows int64
 	for _, m := range members {
 		rows += preps[m].rows
@@ -455,11 +456,11 @@ func (s *Session) assembleInput(j int, preps []prepared, members []int, rows int
 	shape := make(ort.Shape, len(first.Shape))
 	copy(shape, first.Shape)
 	shape[0] = rows
-	if mi.DType == BYTES {
-		strs := make([]string, 0, NumElements(shape))
+	if mi.DType == tensor.BYTES {
+		strs := make([]string, 0, tensor.NumElements(shape))
 		for _, m := range members {
 			for b := preps[m].in[j].Data; len(b) > 0; {
-				e, rest, _ := nextBytesElement(b) // checked by checkInput
+				e, rest, _ := tensor.NextBytesElement(b) // checked by checkInput
 				strs = append(strs, string(e))
 				b = rest
 			}
@@ -486,7 +487,7 @@ func (s *Session) assembleInput(j int, preps []prepared, members []int, rows int
 			off += copy(data[off:], preps[m].in[j].Data)
 		}
 	}
-	return ort.NewCustomDataTensor(shape, data, mi.DType.ortType())
+	return ort.NewCustomDataTensor(shape, data, ortType(mi.DType))
 }
 
 // outputPlan returns, per output, the shape to pre-allocate for a run of
@@ -498,15 +499,15 @@ func (s *Session) assembleInput(j int, preps []prepared, members []int, rows int
 func (s *Session) outputPlan(rows int64, all bool) (plan [][]int64, guessed bool) {
 	plan = make([][]int64, len(s.info.Outputs))
 	for k, o := range s.info.Outputs {
-		if o.DType == BYTES || !preallocatable(o.Dims) || (!all && o.DType != FP16) {
+		if o.DType == tensor.BYTES || !preallocatable(o.Dims) || (!all && o.DType != tensor.FP16) {
 			continue
 		}
 		shape := append([]int64(nil), o.Dims...)
 		if shape[0] < 0 {
 			shape[0] = rows
-			guessed = guessed || o.DType != FP16
+			guessed = guessed || o.DType != tensor.FP16
 		}
-		if NumElements(shape) > 0 {
+		if tensor.NumElements(shape) > 0 {
 			plan[k] = shape
 		}
 	}
@@ -516,17 +517,17 @@ func (s *Session) outputPlan(rows int64, all bool) (plan [][]int64, guessed bool
 // runWith runs the session once, writing into pre-allocated buffers where
 // plan has a shape and letting onnxruntime allocate elsewhere; it returns
 // every output as a Tensor whose data is Go memory.
-func (s *Session) runWith(ins []ort.Value, plan [][]int64) ([]Tensor, error) {
+func (s *Session) runWith(ins []ort.Value, plan [][]int64) ([]tensor.Tensor, error) {
 	vals := make([]ort.Value, len(s.info.Outputs))
 	defer destroyAll(vals)
-	outs := make([]Tensor, len(vals))
+	outs := make([]tensor.Tensor, len(vals))
 	for k, o := range s.info.Outputs {
-		outs[k] = Tensor{Name: o.Name, DType: o.DType}
+		outs[k] = tensor.Tensor{Name: o.Name, DType: o.DType}
 		if k >= len(plan) || plan[k] == nil {
 			continue
 		}
-		buf := make([]byte, NumElements(plan[k])*int64(o.DType.Size()))
-		v, err := ort.NewCustomDataTensor(plan[k], buf, o.DType.ortType())
+		buf := make([]byte, tensor.NumElements(plan[k])*int64(o.DType.Size()))
+		v, err := ort.NewCustomDataTensor(plan[k], buf, ortType(o.DType))
 		if err != nil {
 			return nil, fmt.Errorf("output %q: %w", o.Name, err)
 		}
@@ -561,27 +562,27 @@ func (s *Session) runWith(ins []ort.Value, plan [][]int64) ([]Tensor, error) {
 func valueBytes(v ort.Value) ([]byte, error) {
 	switch t := v.(type) {
 	case *ort.Tensor[float32]:
-		return asBytes(t.GetData()), nil
+		return tensor.AsBytes(t.GetData()), nil
 	case *ort.Tensor[float64]:
-		return asBytes(t.GetData()), nil
+		return tensor.AsBytes(t.GetData()), nil
 	case *ort.Tensor[int64]:
-		return asBytes(t.GetData()), nil
+		return tensor.AsBytes(t.GetData()), nil
 	case *ort.Tensor[int32]:
-		return asBytes(t.GetData()), nil
+		return tensor.AsBytes(t.GetData()), nil
 	case *ort.Tensor[int16]:
-		return asBytes(t.GetData()), nil
+		return tensor.AsBytes(t.GetData()), nil
 	case *ort.Tensor[int8]:
-		return asBytes(t.GetData()), nil
+		return tensor.AsBytes(t.GetData()), nil
 	case *ort.Tensor[uint64]:
-		return asBytes(t.GetData()), nil
+		return tensor.AsBytes(t.GetData()), nil
 	case *ort.Tensor[uint32]:
-		return asBytes(t.GetData()), nil
+		return tensor.AsBytes(t.GetData()), nil
 	case *ort.Tensor[uint16]:
-		return asBytes(t.GetData()), nil
+		return tensor.AsBytes(t.GetData()), nil
 	case *ort.Tensor[uint8]:
-		return asBytes(t.GetData()), nil
+		return tensor.AsBytes(t.GetData()), nil
 	case *ort.Tensor[bool]:
-		return asBytes(t.GetData()), nil
+		return tensor.AsBytes(t.GetData()), nil
 	case *ort.CustomDataTensor:
 		return t.GetData(), nil
 	case *ort.StringTensor:
@@ -595,7 +596,7 @@ func valueBytes(v ort.Value) ([]byte, error) {
 		}
 		b := make([]byte, 0, n)
 		for _, s := range strs {
-			b = appendBytesElement(b, s)
+			b = tensor.AppendBytesElement(b, s)
 		}
 		return b, nil
 	}
@@ -622,7 +623,7 @@ func isNil(v ort.Value) bool {
 
 // split hands each member its rows of every output it asked for. The
 // members' outputs are capped sub-slices of the group's buffers.
-func (s *Session) split(outs []Tensor, preps []prepared, members []int, res []ItemResult) error {
+func (s *Session) split(outs []tensor.Tensor, preps []prepared, members []int, res []ItemResult) error {
 	var rows int64
 	for _, m := range members {
 		rows += preps[m].rows
@@ -638,11 +639,11 @@ func (s *Session) split(outs []Tensor, preps []prepared, members []int, res []It
 	var bounds []int
 	for k, o := range outs {
 		if len(o.Shape) == 0 || o.Shape[0] != rows {
-			return fmt.Errorf("output %q has shape %s for a batch of %d rows", o.Name, FormatShape(o.Shape), rows)
+			return fmt.Errorf("output %q has shape %s for a batch of %d rows", o.Name, tensor.FormatShape(o.Shape), rows)
 		}
-		perRow := NumElements(o.Shape[1:])
+		perRow := tensor.NumElements(o.Shape[1:])
 		rowBytes = append(rowBytes, int(perRow)*o.DType.Size())
-		if o.DType != BYTES {
+		if o.DType != tensor.BYTES {
 			continue
 		}
 		if bounds == nil {
@@ -653,7 +654,7 @@ func (s *Session) split(outs []Tensor, preps []prepared, members []int, res []It
 		for i, m := range members {
 			b[i] = off
 			for e := int64(0); e < preps[m].rows*perRow; e++ {
-				_, rest, err := nextBytesElement(data)
+				_, rest, err := tensor.NextBytesElement(data)
 				if err != nil {
 					return fmt.Errorf("output %q: %w", o.Name, err)
 				}
@@ -670,7 +671,7 @@ func (s *Session) split(outs []Tensor, preps []prepared, members []int, res []It
 			nShape += len(outs[k].Shape)
 		}
 	}
-	tensors := make([]Tensor, nOut)
+	tensors := make([]tensor.Tensor, nOut)
 	shapes := make([]int64, nShape)
 	t, at, row := 0, 0, 0
 	for i, m := range members {
@@ -679,7 +680,7 @@ func (s *Session) split(outs []Tensor, preps []prepared, members []int, res []It
 		for _, k := range preps[m].out {
 			o := &outs[k]
 			lo, hi := row*rowBytes[k], (row+r)*rowBytes[k]
-			if o.DType == BYTES {
+			if o.DType == tensor.BYTES {
 				lo, hi = bounds[k*(nm+1)+i], bounds[k*(nm+1)+i+1]
 			}
 			rank := len(o.Shape)
@@ -687,7 +688,7 @@ func (s *Session) split(outs []Tensor, preps []prepared, members []int, res []It
 			sh[0] = int64(r)
 			copy(sh[1:], o.Shape[1:])
 			at += rank
-			tensors[t] = Tensor{Name: o.Name, DType: o.DType, Shape: sh, Data: o.Data[lo:hi:hi]}
+			tensors[t] = tensor.Tensor{Name: o.Name, DType: o.DType, Shape: sh, Data: o.Data[lo:hi:hi]}
 			t++
 		}
 		res[m].Outputs = tensors[start:t:t]

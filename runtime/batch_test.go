@@ -11,6 +11,7 @@ import (
 
 	"github.com/inferq/inferq/models/examples"
 	"github.com/inferq/inferq/runtime"
+	"github.com/inferq/inferq/tensor"
 )
 
 func rngFor(t testing.TB) *rand.Rand {
@@ -26,7 +27,7 @@ func rngFor(t testing.TB) *rand.Rand {
 func checkBatchedEqualsUnbatched(t *testing.T, s *runtime.Session, items []runtime.Item) {
 	t.Helper()
 	ctx := context.Background()
-	want := make([][]runtime.Tensor, len(items))
+	want := make([][]tensor.Tensor, len(items))
 	for i, it := range items {
 		out, err := s.Run(ctx, it.Inputs, it.Outputs...)
 		if err != nil {
@@ -77,8 +78,8 @@ func TestBatchedEqualsUnbatched(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ids, _ := runtime.Values[int64](items[0].Inputs[1])
-		sums, _ := runtime.Values[int64](out[0])
+		ids, _ := tensor.Values[int64](items[0].Inputs[1])
+		sums, _ := tensor.Values[int64](out[0])
 		for row := range 2 {
 			var want int64
 			for _, v := range ids[row*8 : row*8+8] {
@@ -94,8 +95,8 @@ func TestBatchedEqualsUnbatched(t *testing.T) {
 		r := rngFor(t)
 		var items []runtime.Item
 		for _, rows := range []int{1, 2, 1} {
-			items = append(items, runtime.Item{Inputs: []runtime.Tensor{
-				runtime.NewTensor("input", []int64{int64(rows), 3, 224, 224}, randFloats(r, rows*3*224*224)),
+			items = append(items, runtime.Item{Inputs: []tensor.Tensor{
+				tensor.NewTensor("input", []int64{int64(rows), 3, 224, 224}, randFloats(r, rows*3*224*224)),
 			}})
 		}
 		checkBatchedEqualsUnbatched(t, s, items)
@@ -104,9 +105,9 @@ func TestBatchedEqualsUnbatched(t *testing.T) {
 
 // identityValues returns n elements of dtype as raw bytes, varied enough
 // to catch a misplaced byte.
-func identityData(r *rand.Rand, dtype runtime.DType, shape []int64) runtime.Tensor {
-	n := int(runtime.NumElements(shape))
-	if dtype == runtime.BYTES {
+func identityData(r *rand.Rand, dtype tensor.DType, shape []int64) tensor.Tensor {
+	n := int(tensor.NumElements(shape))
+	if dtype == tensor.BYTES {
 		elems := make([][]byte, n)
 		for i := range elems {
 			elems[i] = fmt.Appendf(nil, "s%d-%x", i, r.Uint32()>>(r.IntN(32)))
@@ -114,23 +115,23 @@ func identityData(r *rand.Rand, dtype runtime.DType, shape []int64) runtime.Tens
 				elems[i] = nil // empty strings travel too
 			}
 		}
-		return runtime.NewBytesTensor("in", shape, elems)
+		return tensor.NewBytesTensor("in", shape, elems)
 	}
 	data := make([]byte, n*dtype.Size())
 	for i := range data {
 		data[i] = byte(r.Uint32())
 	}
-	if dtype == runtime.BOOL {
+	if dtype == tensor.BOOL {
 		for i := range data {
 			data[i] &= 1
 		}
 	}
-	if dtype == runtime.FP16 {
+	if dtype == tensor.FP16 {
 		for i := 1; i < len(data); i += 2 {
 			data[i] &= 0x7b // finite halves: no NaN payloads to canonicalise
 		}
 	}
-	return runtime.Tensor{Name: "in", DType: dtype, Shape: shape, Data: data}
+	return tensor.Tensor{Name: "in", DType: dtype, Shape: shape, Data: data}
 }
 
 // TestDTypeRoundTrip sends every supported datatype through identity
@@ -141,7 +142,7 @@ func TestDTypeRoundTrip(t *testing.T) {
 	env := newEnv(t)
 	ctx := context.Background()
 	for _, dt := range examples.DataTypes() {
-		dtype, ok := runtime.DTypeFromONNX(int32(dt))
+		dtype, ok := tensor.DTypeFromONNX(int32(dt))
 		if !ok {
 			t.Fatalf("examples type %v has no DType", dt)
 		}
@@ -156,11 +157,11 @@ func TestDTypeRoundTrip(t *testing.T) {
 				[][]int64{{1, 3, 2}, {2, 3, 2}, {1, 3, 2}},
 			}}
 			dynModel := examples.Identity("dynamic", dt, []int64{-1, 2})
-			if dtype == runtime.FP16 {
+			if dtype == tensor.FP16 {
 				// onnxruntime_go v1.35.0 cannot hand over an FP16 output that
 				// onnxruntime allocated; NewSession says so up front.
 				_, err := runtime.NewSession(env, runtime.SessionConfig{Name: "dynamic", Model: dynModel})
-				if !errors.Is(err, runtime.ErrUnsupportedDType) || !strings.Contains(err.Error(), `output "out" is FP16 [-1,-1,2]`) {
+				if !errors.Is(err, tensor.ErrUnsupportedDType) || !strings.Contains(err.Error(), `output "out" is FP16 [-1,-1,2]`) {
 					t.Fatalf("FP16 output with dynamic dims: %v", err)
 				}
 			} else {
@@ -174,15 +175,15 @@ func TestDTypeRoundTrip(t *testing.T) {
 			for _, tc := range cases {
 				items := make([]runtime.Item, len(tc.shapes))
 				for i, sh := range tc.shapes {
-					items[i] = runtime.Item{Inputs: []runtime.Tensor{identityData(r, dtype, sh)}}
+					items[i] = runtime.Item{Inputs: []tensor.Tensor{identityData(r, dtype, sh)}}
 				}
 				for i, res := range tc.s.RunBatch(ctx, items) {
 					if res.Err != nil {
 						t.Fatalf("%s item %d: %v", tc.s.Name(), i, res.Err)
 					}
 					in, out := items[i].Inputs[0], res.Outputs[0]
-					want := runtime.Tensor{Name: "out", DType: in.DType, Shape: in.Shape, Data: in.Data}
-					sameTensors(t, fmt.Sprintf("%s item %d", tc.s.Name(), i), []runtime.Tensor{out}, []runtime.Tensor{want})
+					want := tensor.Tensor{Name: "out", DType: in.DType, Shape: in.Shape, Data: in.Data}
+					sameTensors(t, fmt.Sprintf("%s item %d", tc.s.Name(), i), []tensor.Tensor{out}, []tensor.Tensor{want})
 				}
 				checkBatchedEqualsUnbatched(t, tc.s, items)
 			}
@@ -195,13 +196,13 @@ func TestDTypeRoundTrip(t *testing.T) {
 func TestBytesNUL(t *testing.T) {
 	env := newEnv(t)
 	s := newSession(t, env, "bytes", examples.Identity("bytes", examples.String, []int64{2}))
-	good := runtime.NewBytesTensor("in", []int64{1, 2}, [][]byte{[]byte("héllo"), []byte("")})
-	bad := runtime.NewBytesTensor("in", []int64{1, 2}, [][]byte{[]byte("a\x00b"), []byte("c")})
-	res := s.RunBatch(context.Background(), []runtime.Item{{Inputs: []runtime.Tensor{good}}, {Inputs: []runtime.Tensor{bad}}})
+	good := tensor.NewBytesTensor("in", []int64{1, 2}, [][]byte{[]byte("héllo"), []byte("")})
+	bad := tensor.NewBytesTensor("in", []int64{1, 2}, [][]byte{[]byte("a\x00b"), []byte("c")})
+	res := s.RunBatch(context.Background(), []runtime.Item{{Inputs: []tensor.Tensor{good}}, {Inputs: []tensor.Tensor{bad}}})
 	if res[0].Err != nil {
 		t.Fatal(res[0].Err)
 	}
-	if elems, _ := runtime.BytesElements(res[0].Outputs[0]); len(elems) != 2 || string(elems[0]) != "héllo" {
+	if elems, _ := tensor.BytesElements(res[0].Outputs[0]); len(elems) != 2 || string(elems[0]) != "héllo" {
 		t.Fatalf("round trip gave %q", elems)
 	}
 	if !errors.Is(res[1].Err, runtime.ErrInvalidInput) || !strings.Contains(res[1].Err.Error(), "NUL") {
@@ -216,36 +217,36 @@ func TestInputErrors(t *testing.T) {
 	env := newEnv(t)
 	s := newSession(t, env, "multitype", examples.MultiType())
 	r := rngFor(t)
-	ids := func(shape ...int64) runtime.Tensor {
-		return runtime.NewTensor("ids", shape, make([]int64, runtime.NumElements(shape)))
+	ids := func(shape ...int64) tensor.Tensor {
+		return tensor.NewTensor("ids", shape, make([]int64, tensor.NumElements(shape)))
 	}
-	x := func(shape ...int64) runtime.Tensor {
-		return runtime.NewTensor("x", shape, make([]float32, runtime.NumElements(shape)))
+	x := func(shape ...int64) tensor.Tensor {
+		return tensor.NewTensor("x", shape, make([]float32, tensor.NumElements(shape)))
 	}
 	tests := []struct {
 		name    string
 		item    runtime.Item
 		wantErr string
 	}{
-		{"wrong dtype", runtime.Item{Inputs: []runtime.Tensor{ids(1, 8), runtime.NewTensor("x", []int64{1, 4}, make([]float64, 4))}},
+		{"wrong dtype", runtime.Item{Inputs: []tensor.Tensor{ids(1, 8), tensor.NewTensor("x", []int64{1, 4}, make([]float64, 4))}},
 			`input "x": expected FP32 [-1,4], got FP64 [1,4]`},
-		{"wrong rank", runtime.Item{Inputs: []runtime.Tensor{ids(1, 8), x(4)}},
+		{"wrong rank", runtime.Item{Inputs: []tensor.Tensor{ids(1, 8), x(4)}},
 			`input "x": expected FP32 [-1,4], got FP32 [4]`},
-		{"wrong dims", runtime.Item{Inputs: []runtime.Tensor{ids(1, 7), x(1, 4)}},
+		{"wrong dims", runtime.Item{Inputs: []tensor.Tensor{ids(1, 7), x(1, 4)}},
 			`input "ids": expected INT64 [-1,8], got INT64 [1,7]`},
-		{"zero rows", runtime.Item{Inputs: []runtime.Tensor{ids(0, 8), x(0, 4)}},
+		{"zero rows", runtime.Item{Inputs: []tensor.Tensor{ids(0, 8), x(0, 4)}},
 			`input "ids": expected INT64 [-1,8], got INT64 [0,8]: every dim must be at least 1`},
-		{"short data", runtime.Item{Inputs: []runtime.Tensor{ids(1, 8), {Name: "x", DType: runtime.FP32, Shape: []int64{2, 4}, Data: make([]byte, 16)}}},
+		{"short data", runtime.Item{Inputs: []tensor.Tensor{ids(1, 8), {Name: "x", DType: tensor.FP32, Shape: []int64{2, 4}, Data: make([]byte, 16)}}},
 			`input "x": expected FP32 [-1,4], got FP32 [2,4]: data is 16 bytes, the shape needs 32`},
-		{"missing input", runtime.Item{Inputs: []runtime.Tensor{ids(1, 8)}},
+		{"missing input", runtime.Item{Inputs: []tensor.Tensor{ids(1, 8)}},
 			`input "x": missing, expected FP32 [-1,4]`},
-		{"unknown input", runtime.Item{Inputs: []runtime.Tensor{ids(1, 8), x(1, 4), runtime.NewTensor("z", []int64{1}, []float32{1})}},
+		{"unknown input", runtime.Item{Inputs: []tensor.Tensor{ids(1, 8), x(1, 4), tensor.NewTensor("z", []int64{1}, []float32{1})}},
 			`input "z": unknown; the model takes ids INT64 [-1,8], x FP32 [-1,4]`},
-		{"input twice", runtime.Item{Inputs: []runtime.Tensor{ids(1, 8), x(1, 4), x(1, 4)}},
+		{"input twice", runtime.Item{Inputs: []tensor.Tensor{ids(1, 8), x(1, 4), x(1, 4)}},
 			`input "x": given twice`},
-		{"rows differ between inputs", runtime.Item{Inputs: []runtime.Tensor{ids(2, 8), x(1, 4)}},
+		{"rows differ between inputs", runtime.Item{Inputs: []tensor.Tensor{ids(2, 8), x(1, 4)}},
 			`input "x": expected FP32 [-1,4], got FP32 [1,4]: dim 0 (rows) is 1 but input "ids" has 2`},
-		{"unknown output", runtime.Item{Inputs: []runtime.Tensor{ids(1, 8), x(1, 4)}, Outputs: []string{"y", "logits"}},
+		{"unknown output", runtime.Item{Inputs: []tensor.Tensor{ids(1, 8), x(1, 4)}, Outputs: []string{"y", "logits"}},
 			`output "logits": unknown; the model outputs ids_sum INT64 [-1,1], y FP32 [-1,4]`},
 	}
 	for _, tt := range tests {
@@ -296,7 +297,7 @@ func TestConcurrentRuns(t *testing.T) {
 	const goroutines, batchesEach = 16, 6
 	type job struct {
 		items []runtime.Item
-		want  [][]runtime.Tensor
+		want  [][]tensor.Tensor
 	}
 	jobs := make([][]job, goroutines)
 	for g := range jobs {

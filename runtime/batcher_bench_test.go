@@ -11,6 +11,7 @@ import (
 
 	"github.com/inferq/inferq/models/examples"
 	"github.com/inferq/inferq/runtime"
+	"github.com/inferq/inferq/tensor"
 )
 
 // The batcher benchmarks report, per item: ns/op (one op is one item),
@@ -93,7 +94,7 @@ func submitters(b *testing.B, k int, one func(i int)) {
 }
 
 func BenchmarkBatcherOverhead(b *testing.B) {
-	item := runtime.Item{Inputs: []runtime.Tensor{{Name: "x", DType: runtime.FP32, Shape: []int64{1, 16}}}}
+	item := runtime.Item{Inputs: []tensor.Tensor{{Name: "x", DType: tensor.FP32, Shape: []int64{1, 16}}}}
 	for _, k := range []int{1, 8} {
 		b.Run(fmt.Sprintf("api=submit/submitters=%d", k), func(b *testing.B) {
 			obs := new(fillObserver)

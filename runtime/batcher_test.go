@@ -15,6 +15,7 @@ import (
 
 	"github.com/inferq/inferq/models/examples"
 	"github.com/inferq/inferq/runtime"
+	"github.com/inferq/inferq/tensor"
 )
 
 var _ runtime.Runner = (*runtime.Session)(nil)
@@ -66,7 +67,7 @@ func noLeak(t *testing.T) {
 // Outputs (the fake echoes it as the output's name).
 func fitem(id string, rows int, dim int64) runtime.Item {
 	return runtime.Item{
-		Inputs:  []runtime.Tensor{{Name: "x", DType: runtime.FP32, Shape: []int64{int64(rows), dim}}},
+		Inputs:  []tensor.Tensor{{Name: "x", DType: tensor.FP32, Shape: []int64{int64(rows), dim}}},
 		Outputs: []string{id},
 	}
 }
@@ -142,7 +143,7 @@ func (r fakeRunner) RunBatch(ctx context.Context, items []runtime.Item) []runtim
 		id := it.Outputs[0]
 		run.ids = append(run.ids, id)
 		run.rows += int(it.Inputs[0].Rows())
-		run.shapes = append(run.shapes, it.Inputs[0].DType.String()+runtime.FormatShape(it.Inputs[0].Shape[1:]))
+		run.shapes = append(run.shapes, it.Inputs[0].DType.String()+tensor.FormatShape(it.Inputs[0].Shape[1:]))
 		block = block || strings.HasPrefix(id, "block")
 	}
 	f.mu.Lock()
@@ -170,7 +171,7 @@ func (r fakeRunner) RunBatch(ctx context.Context, items []runtime.Item) []runtim
 			res[i].Err = errors.New("fake: " + id)
 			continue
 		}
-		res[i].Outputs = []runtime.Tensor{{Name: id}}
+		res[i].Outputs = []tensor.Tensor{{Name: id}}
 	}
 	if short {
 		res = res[1:]
@@ -392,9 +393,9 @@ func TestBatcherShapeGroups(t *testing.T) {
 	b, stop := startBatcher(t, runtime.BatcherConfig{Policy: policy(4, time.Hour), Runners: f.runners()})
 	c := newCollector()
 	f64 := fitem("d0", 1, 8)
-	f64.Inputs[0].DType = runtime.FP64
+	f64.Inputs[0].DType = tensor.FP64
 	twoIn := fitem("e0", 1, 8)
-	twoIn.Inputs = append(twoIn.Inputs, runtime.Tensor{Name: "y", DType: runtime.INT64, Shape: []int64{1, 2}})
+	twoIn.Inputs = append(twoIn.Inputs, tensor.Tensor{Name: "y", DType: tensor.INT64, Shape: []int64{1, 2}})
 	enqueue(t, b,
 		c.req(fitem("a0", 1, 8), false), c.req(fitem("a1", 1, 8), false),
 		c.req(fitem("b0", 1, 5), false), c.req(f64, false), c.req(twoIn, false),

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/inferq/inferq/models/examples"
+	"github.com/inferq/inferq/tensor"
 )
 
 // BenchmarkAssembleSplit measures what batching adds around a run, per
@@ -31,7 +32,7 @@ func BenchmarkAssembleSplit(b *testing.B) {
 	for _, n := range []int{1, 8, 64} {
 		items := make([]Item, n)
 		for i := range items {
-			items[i] = Item{Inputs: []Tensor{NewTensor("x", []int64{1, examples.MLPInputs}, make([]float32, examples.MLPInputs))}}
+			items[i] = Item{Inputs: []tensor.Tensor{tensor.NewTensor("x", []int64{1, examples.MLPInputs}, make([]float32, examples.MLPInputs))}}
 		}
 		res := make([]ItemResult, n)
 		b.Run(fmt.Sprintf("step=assemble/batch=%d", n), func(b *testing.B) {
@@ -48,7 +49,7 @@ func BenchmarkAssembleSplit(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/item")
 		})
 		preps, groups := s.prepareAll(items, res, s.getScratch(n))
-		outs := []Tensor{{Name: "probs", DType: FP32, Shape: []int64{int64(n), examples.MLPClasses}, Data: make([]byte, n*examples.MLPClasses*4)}}
+		outs := []tensor.Tensor{{Name: "probs", DType: tensor.FP32, Shape: []int64{int64(n), examples.MLPClasses}, Data: make([]byte, n*examples.MLPClasses*4)}}
 		b.Run(fmt.Sprintf("step=split/batch=%d", n), func(b *testing.B) {
 			for b.Loop() {
 				if err := s.split(outs, preps, groups[0], res); err != nil {

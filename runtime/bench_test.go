@@ -10,6 +10,7 @@ import (
 
 	"github.com/inferq/inferq/models/examples"
 	"github.com/inferq/inferq/runtime"
+	"github.com/inferq/inferq/tensor"
 )
 
 // The benchmarks compare a batch of N one-row items through
@@ -41,7 +42,7 @@ func benchModel(b *testing.B, name string, model []byte, in, out string, inDims,
 	}
 	b.Cleanup(func() { _ = s.Close() })
 	raw := newRawSession(b, model, in, out)
-	perItem := int(runtime.NumElements(inDims))
+	perItem := int(tensor.NumElements(inDims))
 	r := rand.New(rand.NewPCG(1, 2))
 	ctx := context.Background()
 
@@ -49,8 +50,8 @@ func benchModel(b *testing.B, name string, model []byte, in, out string, inDims,
 		data := randFloats(r, n*perItem)
 		items := make([]runtime.Item, n)
 		for i := range items {
-			items[i] = runtime.Item{Inputs: []runtime.Tensor{
-				runtime.NewTensor(in, append([]int64{1}, inDims...), data[i*perItem:(i+1)*perItem]),
+			items[i] = runtime.Item{Inputs: []tensor.Tensor{
+				tensor.NewTensor(in, append([]int64{1}, inDims...), data[i*perItem:(i+1)*perItem]),
 			}}
 		}
 		inShape := append(ort.Shape{int64(n)}, inDims...)
@@ -68,7 +69,7 @@ func benchModel(b *testing.B, name string, model []byte, in, out string, inDims,
 			}
 		})
 		// One item of n rows: the Session without concatenation or split.
-		one := []runtime.Item{{Inputs: []runtime.Tensor{runtime.NewTensor(in, append([]int64{int64(n)}, inDims...), data)}}}
+		one := []runtime.Item{{Inputs: []tensor.Tensor{tensor.NewTensor(in, append([]int64{int64(n)}, inDims...), data)}}}
 		b.Run(fmt.Sprintf("impl=inferq-1item/batch=%d", n), func(b *testing.B) {
 			for b.Loop() {
 				res := s.RunBatch(ctx, one)

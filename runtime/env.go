@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/inferq/inferq/tensor"
 	ort "github.com/yalue/onnxruntime_go"
 )
 
@@ -131,22 +132,22 @@ func releaseORT(logger *slog.Logger) error {
 // Inspect loads the model file at path into a temporary session (graph
 // optimisations off, so it is cheap) and returns its inputs and outputs.
 // It is what `inferq models inspect` prints.
-func (e *Env) Inspect(path string) (ModelInfo, error) {
+func (e *Env) Inspect(path string) (tensor.ModelInfo, error) {
 	return e.inspect(path, nil)
 }
 
 // InspectData is Inspect for a model held in memory.
-func (e *Env) InspectData(model []byte) (ModelInfo, error) {
+func (e *Env) InspectData(model []byte) (tensor.ModelInfo, error) {
 	return e.inspect("", model)
 }
 
-func (e *Env) inspect(path string, data []byte) (ModelInfo, error) {
+func (e *Env) inspect(path string, data []byte) (tensor.ModelInfo, error) {
 	what := path
 	if path == "" {
 		what = fmt.Sprintf("<%d bytes>", len(data))
 	}
 	if err := e.acquire(); err != nil {
-		return ModelInfo{}, err
+		return tensor.ModelInfo{}, err
 	}
 	defer func() { _ = releaseORT(e.logger) }()
 	var (
@@ -156,18 +157,18 @@ func (e *Env) inspect(path string, data []byte) (ModelInfo, error) {
 	if path != "" {
 		opts, oerr := ort.NewSessionOptions()
 		if oerr != nil {
-			return ModelInfo{}, fmt.Errorf("runtime: inspect %s: session options: %w", what, oerr)
+			return tensor.ModelInfo{}, fmt.Errorf("runtime: inspect %s: session options: %w", what, oerr)
 		}
 		defer func() { _ = opts.Destroy() }()
 		if oerr := opts.SetGraphOptimizationLevel(ort.GraphOptimizationLevelDisableAll); oerr != nil {
-			return ModelInfo{}, fmt.Errorf("runtime: inspect %s: session options: %w", what, oerr)
+			return tensor.ModelInfo{}, fmt.Errorf("runtime: inspect %s: session options: %w", what, oerr)
 		}
 		in, out, err = ort.GetInputOutputInfoWithOptions(path, opts)
 	} else {
 		in, out, err = ort.GetInputOutputInfoWithONNXData(data)
 	}
 	if err != nil {
-		return ModelInfo{}, fmt.Errorf("runtime: inspect %s: %w", what, err)
+		return tensor.ModelInfo{}, fmt.Errorf("runtime: inspect %s: %w", what, err)
 	}
 	return modelInfoFrom(in, out), nil
 }

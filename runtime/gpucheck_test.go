@@ -14,6 +14,7 @@ import (
 
 	"github.com/inferq/inferq/models/examples"
 	"github.com/inferq/inferq/runtime"
+	"github.com/inferq/inferq/tensor"
 )
 
 // TestGPUCheck is the measurement of scripts/gpu-check.sh, for a machine
@@ -61,8 +62,8 @@ func TestGPUCheck(t *testing.T) {
 		t.Logf("%s: session created in %s", dev, time.Since(start).Round(time.Millisecond))
 		for _, n := range []int{1, 8, 32} {
 			r := row{device: dev.String(), batch: n}
-			in := runtime.NewTensor("input", []int64{int64(n), 3, 224, 224}, make([]float32, n*3*224*224))
-			items := []runtime.Item{{Inputs: []runtime.Tensor{in}}}
+			in := tensor.NewTensor("input", []int64{int64(n), 3, 224, 224}, make([]float32, n*3*224*224))
+			items := []runtime.Item{{Inputs: []tensor.Tensor{in}}}
 			if err := s.Warmup(context.Background(), n); err != nil {
 				r.err = err
 				rows = append(rows, r)

@@ -3,11 +3,13 @@ package runtime
 import (
 	"fmt"
 	"testing"
+
+	"github.com/inferq/inferq/tensor"
 )
 
 func TestGroup(t *testing.T) {
 	mk := func(dims ...int64) prepared {
-		return prepared{in: []*Tensor{{Shape: dims}, {Shape: []int64{dims[0], 8}}}, rows: dims[0]}
+		return prepared{in: []*tensor.Tensor{{Shape: dims}, {Shape: []int64{dims[0], 8}}}, rows: dims[0]}
 	}
 	preps := []prepared{mk(1, 1, 2), mk(1, 1, 2), mk(2, 4, 2), mk(3, 1, 2), mk(2, 3, 2), mk(1, 4, 2), mk(1, 1, 2)}
 	tests := []struct {

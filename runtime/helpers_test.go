@@ -11,6 +11,7 @@ import (
 
 	"github.com/inferq/inferq/models/examples"
 	"github.com/inferq/inferq/runtime"
+	"github.com/inferq/inferq/tensor"
 )
 
 // libPath finds the onnxruntime library the way the tests are told to:
@@ -67,8 +68,8 @@ func randFloats(r *rand.Rand, n int) []float32 {
 }
 
 func mlpItem(r *rand.Rand, rows int) runtime.Item {
-	return runtime.Item{Inputs: []runtime.Tensor{
-		runtime.NewTensor("x", []int64{int64(rows), examples.MLPInputs}, randFloats(r, rows*examples.MLPInputs)),
+	return runtime.Item{Inputs: []tensor.Tensor{
+		tensor.NewTensor("x", []int64{int64(rows), examples.MLPInputs}, randFloats(r, rows*examples.MLPInputs)),
 	}}
 }
 
@@ -77,15 +78,15 @@ func multiTypeItem(r *rand.Rand, rows int) runtime.Item {
 	for i := range ids {
 		ids[i] = r.Int64N(1000) - 500
 	}
-	return runtime.Item{Inputs: []runtime.Tensor{
+	return runtime.Item{Inputs: []tensor.Tensor{
 		// Not in model order, on purpose.
-		runtime.NewTensor("x", []int64{int64(rows), examples.MultiTypeX}, randFloats(r, rows*examples.MultiTypeX)),
-		runtime.NewTensor("ids", []int64{int64(rows), examples.MultiTypeIDs}, ids),
+		tensor.NewTensor("x", []int64{int64(rows), examples.MultiTypeX}, randFloats(r, rows*examples.MultiTypeX)),
+		tensor.NewTensor("ids", []int64{int64(rows), examples.MultiTypeIDs}, ids),
 	}}
 }
 
 // sameTensors fails t at the first difference between got and want.
-func sameTensors(t testing.TB, what string, got, want []runtime.Tensor) {
+func sameTensors(t testing.TB, what string, got, want []tensor.Tensor) {
 	t.Helper()
 	if err := diffTensors(got, want); err != nil {
 		t.Fatalf("%s: %v", what, err)
@@ -95,23 +96,23 @@ func sameTensors(t testing.TB, what string, got, want []runtime.Tensor) {
 // diffTensors returns the first difference between got and want: names,
 // dtypes and shapes exactly, floating point data within a relative
 // tolerance (batched kernels may sum in another order), the rest exactly.
-func diffTensors(got, want []runtime.Tensor) error {
+func diffTensors(got, want []tensor.Tensor) error {
 	if len(got) != len(want) {
 		return fmt.Errorf("%d outputs, want %d", len(got), len(want))
 	}
 	for i := range got {
 		g, w := got[i], want[i]
-		if g.Name != w.Name || g.DType != w.DType || runtime.FormatShape(g.Shape) != runtime.FormatShape(w.Shape) {
+		if g.Name != w.Name || g.DType != w.DType || tensor.FormatShape(g.Shape) != tensor.FormatShape(w.Shape) {
 			return fmt.Errorf("output %d is %s, want %s", i, g, w)
 		}
-		if g.DType != runtime.FP32 {
+		if g.DType != tensor.FP32 {
 			if !bytes.Equal(g.Data, w.Data) {
 				return fmt.Errorf("%s data differs:\n got %v\nwant %v", g.Name, g.Data, w.Data)
 			}
 			continue
 		}
-		gv, _ := runtime.Values[float32](g)
-		wv, _ := runtime.Values[float32](w)
+		gv, _ := tensor.Values[float32](g)
+		wv, _ := tensor.Values[float32](w)
 		if len(gv) != len(wv) {
 			return fmt.Errorf("%s: %d values, want %d", g.Name, len(gv), len(wv))
 		}

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/inferq/inferq/runtime"
+	"github.com/inferq/inferq/tensor"
 )
 
 // A few ONNX models that package examples has no reason to carry: ones
@@ -127,7 +128,7 @@ func TestRunFailureIsolated(t *testing.T) {
 	env := newEnv(t)
 	s := newSession(t, env, "gather", gatherModel())
 	idx := func(v ...int64) runtime.Item {
-		return runtime.Item{Inputs: []runtime.Tensor{runtime.NewTensor("idx", []int64{int64(len(v)), 1}, v)}}
+		return runtime.Item{Inputs: []tensor.Tensor{tensor.NewTensor("idx", []int64{int64(len(v)), 1}, v)}}
 	}
 	items := []runtime.Item{idx(1), idx(9), idx(2, 3), idx(0), idx(3, -7, 1), idx(3)}
 	want := map[int][]float32{0: {20}, 2: {30, 40}, 3: {10}, 5: {40}}
@@ -142,7 +143,7 @@ func TestRunFailureIsolated(t *testing.T) {
 		if r.Err != nil {
 			t.Fatalf("item %d: %v", i, r.Err)
 		}
-		got, _ := runtime.Values[float32](r.Outputs[0])
+		got, _ := tensor.Values[float32](r.Outputs[0])
 		if len(got) != len(w) || got[0] != w[0] || got[len(got)-1] != w[len(w)-1] {
 			t.Errorf("item %d: %v, want %v", i, got, w)
 		}
@@ -166,12 +167,12 @@ func TestOutputNotFollowingBatch(t *testing.T) {
 				t.Fatalf("round %d item %d: %v", round, i, res.Err)
 			}
 			in := items[i].Inputs[0]
-			want := runtime.Tensor{Name: "out", DType: runtime.FP32, Shape: []int64{2 * in.Rows(), 4}, Data: append(append([]byte{}, in.Data...), in.Data...)}
-			sameTensors(t, fmt.Sprintf("round %d item %d", round, i), res.Outputs, []runtime.Tensor{want})
+			want := tensor.Tensor{Name: "out", DType: tensor.FP32, Shape: []int64{2 * in.Rows(), 4}, Data: append(append([]byte{}, in.Data...), in.Data...)}
+			sameTensors(t, fmt.Sprintf("round %d item %d", round, i), res.Outputs, []tensor.Tensor{want})
 		}
 	}
 }
 
 func mlpLike(r *rand.Rand, rows int) runtime.Item {
-	return runtime.Item{Inputs: []runtime.Tensor{runtime.NewTensor("x", []int64{int64(rows), 4}, randFloats(r, rows*4))}}
+	return runtime.Item{Inputs: []tensor.Tensor{tensor.NewTensor("x", []int64{int64(rows), 4}, randFloats(r, rows*4))}}
 }

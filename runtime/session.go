@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/inferq/inferq/tensor"
 	ort "github.com/yalue/onnxruntime_go"
 )
 
@@ -171,48 +172,14 @@ func (c SessionConfig) Validate() error {
 	return nil
 }
 
-// TensorInfo describes one model input or output.
-type TensorInfo struct {
-	Name string
-	// DType is DTypeInvalid when the element type is one inferq does not
-	// carry (see ONNXType).
-	DType DType
-	// Dims has -1 for each dynamic (symbolic or unknown) dim.
-	Dims []int64
-	// ONNXType is onnxruntime's name for the element type (FLOAT, INT64,
-	// STRING, BFLOAT16...), or the value kind for non-tensors (SEQUENCE,
-	// MAP...).
-	ONNXType string
-}
-
-// Datatype is the Open Inference Protocol name of the element type (FP32,
-// INT64...), or onnxruntime's name for a type inferq does not carry.
-func (t TensorInfo) Datatype() string {
-	if !t.DType.Valid() {
-		return t.ONNXType
-	}
-	return t.DType.String()
-}
-
-// String returns `x FP32 [-1,16]`.
-func (t TensorInfo) String() string {
-	return fmt.Sprintf("%s %s %s", t.Name, t.Datatype(), FormatShape(t.Dims))
-}
-
-// ModelInfo lists a model's inputs and outputs in the model's order.
-type ModelInfo struct {
-	Inputs  []TensorInfo
-	Outputs []TensorInfo
-}
-
-func modelInfoFrom(in, out []ort.InputOutputInfo) ModelInfo {
-	conv := func(l []ort.InputOutputInfo) []TensorInfo {
-		r := make([]TensorInfo, len(l))
+func modelInfoFrom(in, out []ort.InputOutputInfo) tensor.ModelInfo {
+	conv := func(l []ort.InputOutputInfo) []tensor.TensorInfo {
+		r := make([]tensor.TensorInfo, len(l))
 		for i, v := range l {
-			ti := TensorInfo{Name: v.Name, Dims: append([]int64{}, v.Dimensions...)}
+			ti := tensor.TensorInfo{Name: v.Name, Dims: append([]int64{}, v.Dimensions...)}
 			if v.OrtValueType == ort.ONNXTypeTensor {
 				ti.ONNXType = onnxTypeName(v.DataType)
-				ti.DType, _ = DTypeFromONNX(int32(v.DataType))
+				ti.DType, _ = tensor.DTypeFromONNX(int32(v.DataType))
 			} else {
 				ti.ONNXType = strings.TrimPrefix(v.OrtValueType.String(), "ONNX_TYPE_")
 				ti.Dims = nil
@@ -226,7 +193,7 @@ func modelInfoFrom(in, out []ort.InputOutputInfo) ModelInfo {
 		}
 		return r
 	}
-	return ModelInfo{Inputs: conv(in), Outputs: conv(out)}
+	return tensor.ModelInfo{Inputs: conv(in), Outputs: conv(out)}
 }
 
 // Session is one onnxruntime session: one model on one device.
@@ -240,7 +207,7 @@ type Session struct {
 	name    string
 	device  Device
 	threads int
-	info    ModelInfo
+	info    tensor.ModelInfo
 	logger  *slog.Logger
 	env     *Env
 
@@ -288,7 +255,7 @@ func NewSession(env *Env, cfg SessionConfig) (*Session, error) {
 }
 
 func newSession(env *Env, cfg SessionConfig) (*Session, error) {
-	var info ModelInfo
+	var info tensor.ModelInfo
 	var err error
 	if cfg.Path != "" {
 		info, err = env.inspect(cfg.Path, nil)
@@ -371,13 +338,13 @@ func newSession(env *Env, cfg SessionConfig) (*Session, error) {
 
 // checkServable refuses models whose inputs or outputs cannot travel as
 // Tensors.
-func checkServable(info ModelInfo) error {
+func checkServable(info tensor.ModelInfo) error {
 	if len(info.Inputs) == 0 || len(info.Outputs) == 0 {
 		return fmt.Errorf("the model has %d inputs and %d outputs; it needs at least one of each", len(info.Inputs), len(info.Outputs))
 	}
 	for _, in := range info.Inputs {
 		if !in.DType.Valid() {
-			return fmt.Errorf("%w: input %q is %s", ErrUnsupportedDType, in.Name, in.ONNXType)
+			return fmt.Errorf("%w: input %q is %s", tensor.ErrUnsupportedDType, in.Name, in.ONNXType)
 		}
 		if len(in.Dims) == 0 {
 			// onnxruntime_go builds raw-byte tensors through Shape.Validate,
@@ -387,15 +354,15 @@ func checkServable(info ModelInfo) error {
 	}
 	for _, out := range info.Outputs {
 		if !out.DType.Valid() {
-			return fmt.Errorf("%w: output %q is %s", ErrUnsupportedDType, out.Name, out.ONNXType)
+			return fmt.Errorf("%w: output %q is %s", tensor.ErrUnsupportedDType, out.Name, out.ONNXType)
 		}
-		if out.DType == FP16 && !preallocatable(out.Dims) {
+		if out.DType == tensor.FP16 && !preallocatable(out.Dims) {
 			// onnxruntime_go v1.35.0 copies an onnxruntime-allocated
 			// FLOAT16 output with one byte per element
 			// (createTensorFromOrtValue), so building the Go tensor fails:
 			// FP16 outputs must be pre-allocated, which needs their shape.
 			return fmt.Errorf("%w: output %q is FP16 %s; onnxruntime_go v1.35.0 can only return FP16 outputs whose dims are static apart from dim 0",
-				ErrUnsupportedDType, out.Name, FormatShape(out.Dims))
+				tensor.ErrUnsupportedDType, out.Name, tensor.FormatShape(out.Dims))
 		}
 	}
 	return nil
@@ -514,7 +481,7 @@ func (s *Session) Device() Device { return s.device }
 
 // Info returns the model's inputs and outputs. The caller must not modify
 // the returned slices.
-func (s *Session) Info() ModelInfo { return s.info }
+func (s *Session) Info() tensor.ModelInfo { return s.info }
 
 // IntraOpThreads returns the thread count onnxruntime was given.
 func (s *Session) IntraOpThreads() int { return s.threads }
@@ -545,7 +512,7 @@ func (s *Session) Close() error {
 
 // Run runs one item: inputs by name, and the outputs to return (all when
 // none are named). A request error is an *InputError.
-func (s *Session) Run(ctx context.Context, inputs []Tensor, outputs ...string) ([]Tensor, error) {
+func (s *Session) Run(ctx context.Context, inputs []tensor.Tensor, outputs ...string) ([]tensor.Tensor, error) {
 	r := s.RunBatch(ctx, []Item{{Inputs: inputs, Outputs: outputs}})
 	return r[0].Outputs, r[0].Err
 }
@@ -558,7 +525,7 @@ func (s *Session) Warmup(ctx context.Context, batch int) error {
 	if batch < 1 {
 		batch = 1
 	}
-	in := make([]Tensor, len(s.info.Inputs))
+	in := make([]tensor.Tensor, len(s.info.Inputs))
 	for i, mi := range s.info.Inputs {
 		shape := make([]int64, len(mi.Dims))
 		for j, d := range mi.Dims {
@@ -571,12 +538,12 @@ func (s *Session) Warmup(ctx context.Context, batch int) error {
 				shape[j] = 1
 			}
 		}
-		n := NumElements(shape)
+		n := tensor.NumElements(shape)
 		size := int64(mi.DType.Size())
-		if mi.DType == BYTES {
+		if mi.DType == tensor.BYTES {
 			size = 4 // a zero length per element
 		}
-		in[i] = Tensor{Name: mi.Name, DType: mi.DType, Shape: shape, Data: make([]byte, n*size)}
+		in[i] = tensor.Tensor{Name: mi.Name, DType: mi.DType, Shape: shape, Data: make([]byte, n*size)}
 	}
 	if _, err := s.Run(ctx, in); err != nil {
 		return fmt.Errorf("runtime: model %q: warm-up with batch %d: %w", s.name, batch, err)

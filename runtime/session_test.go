@@ -13,6 +13,7 @@ import (
 
 	"github.com/inferq/inferq/models/examples"
 	"github.com/inferq/inferq/runtime"
+	"github.com/inferq/inferq/tensor"
 )
 
 // TestEnvLifecycle opens and closes several Envs and sessions in every
@@ -88,19 +89,19 @@ func TestSessionInfo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]runtime.ModelInfo{
+	want := map[string]tensor.ModelInfo{
 		"mlp": {
-			Inputs:  []runtime.TensorInfo{{Name: "x", DType: runtime.FP32, Dims: []int64{-1, 16}, ONNXType: "FLOAT"}},
-			Outputs: []runtime.TensorInfo{{Name: "probs", DType: runtime.FP32, Dims: []int64{-1, 4}, ONNXType: "FLOAT"}},
+			Inputs:  []tensor.TensorInfo{{Name: "x", DType: tensor.FP32, Dims: []int64{-1, 16}, ONNXType: "FLOAT"}},
+			Outputs: []tensor.TensorInfo{{Name: "probs", DType: tensor.FP32, Dims: []int64{-1, 4}, ONNXType: "FLOAT"}},
 		},
 		"multitype": {
-			Inputs: []runtime.TensorInfo{
-				{Name: "ids", DType: runtime.INT64, Dims: []int64{-1, 8}, ONNXType: "INT64"},
-				{Name: "x", DType: runtime.FP32, Dims: []int64{-1, 4}, ONNXType: "FLOAT"},
+			Inputs: []tensor.TensorInfo{
+				{Name: "ids", DType: tensor.INT64, Dims: []int64{-1, 8}, ONNXType: "INT64"},
+				{Name: "x", DType: tensor.FP32, Dims: []int64{-1, 4}, ONNXType: "FLOAT"},
 			},
-			Outputs: []runtime.TensorInfo{
-				{Name: "ids_sum", DType: runtime.INT64, Dims: []int64{-1, 1}, ONNXType: "INT64"},
-				{Name: "y", DType: runtime.FP32, Dims: []int64{-1, 4}, ONNXType: "FLOAT"},
+			Outputs: []tensor.TensorInfo{
+				{Name: "ids_sum", DType: tensor.INT64, Dims: []int64{-1, 1}, ONNXType: "INT64"},
+				{Name: "y", DType: tensor.FP32, Dims: []int64{-1, 4}, ONNXType: "FLOAT"},
 			},
 		},
 	}
@@ -118,7 +119,7 @@ func TestSessionInfo(t *testing.T) {
 		if !ok {
 			t.Fatalf("session name %q from %s", name, p)
 		}
-		for _, got := range []runtime.ModelInfo{inspected, s.Info()} {
+		for _, got := range []tensor.ModelInfo{inspected, s.Info()} {
 			if describe(got) != describe(w) {
 				t.Errorf("%s: info\n got %s\nwant %s", name, describe(got), describe(w))
 			}
@@ -145,9 +146,9 @@ func TestSessionInfo(t *testing.T) {
 	}
 }
 
-func describe(m runtime.ModelInfo) string {
+func describe(m tensor.ModelInfo) string {
 	var b strings.Builder
-	for _, l := range [][]runtime.TensorInfo{m.Inputs, m.Outputs} {
+	for _, l := range [][]tensor.TensorInfo{m.Inputs, m.Outputs} {
 		for _, ti := range l {
 			b.WriteString(ti.String() + "(" + ti.ONNXType + ") ")
 		}

@@ -11,6 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/inferq/inferq/models/examples"
+	"github.com/inferq/inferq/tensor"
 )
 
 // kernelSigaction is the kernel's struct sigaction on amd64 and arm64.
@@ -89,7 +90,7 @@ func TestSignalHandlersKept(t *testing.T) {
 		}
 	}
 	// The session made on the way works.
-	if _, err := s.Run(t.Context(), []Tensor{NewTensor("x", []int64{1, examples.MLPInputs}, make([]float32, examples.MLPInputs))}); err != nil {
+	if _, err := s.Run(t.Context(), []tensor.Tensor{tensor.NewTensor("x", []int64{1, examples.MLPInputs}, make([]float32, examples.MLPInputs))}); err != nil {
 		t.Fatal(err)
 	}
 }

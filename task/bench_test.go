@@ -6,12 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/inferq/inferq/runtime"
+	"github.com/inferq/inferq/tensor"
 )
 
 // imageTensor is a normalised 3x224x224 image, as a preprocessing step
 // writes it (values like -1.7582911).
-func imageTensor() runtime.Tensor {
+func imageTensor() tensor.Tensor {
 	r := rand.New(rand.NewPCG(7, 8))
 	mean, std := [3]float32{0.485, 0.456, 0.406}, [3]float32{0.229, 0.224, 0.225}
 	v := make([]float32, 3*224*224)
@@ -19,11 +19,11 @@ func imageTensor() runtime.Tensor {
 		c := i / (224 * 224)
 		v[i] = (float32(r.IntN(256))/255 - mean[c]) / std[c]
 	}
-	return runtime.NewTensor("images", []int64{1, 3, 224, 224}, v)
+	return tensor.NewTensor("images", []int64{1, 3, 224, 224}, v)
 }
 
 // nestedJSON writes the tensor's data nested by its shape.
-func nestedJSON(t runtime.Tensor, shape []int64) []byte {
+func nestedJSON(t tensor.Tensor, shape []int64) []byte {
 	flat := appendData(nil, t)
 	elems := splitTop(flat[1 : len(flat)-1])
 	var b []byte
@@ -60,7 +60,7 @@ func splitTop(flat []byte) [][]byte {
 	return append(out, flat[start:])
 }
 
-func benchTask(b *testing.B, body []byte, tags map[string]string, model runtime.ModelInfo) {
+func benchTask(b *testing.B, body []byte, tags map[string]string, model tensor.ModelInfo) {
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {
@@ -90,11 +90,11 @@ func BenchmarkDecodeImage(b *testing.B) {
 		benchTask(b, body, nil, imageModel)
 	})
 	b.Run("oip-flat", func(b *testing.B) {
-		body, tags, _ := NewTask("t", "resnet", []runtime.Tensor{img})
+		body, tags, _ := NewTask("t", "resnet", []tensor.Tensor{img})
 		benchTask(b, body, tags, imageModel)
 	})
 	b.Run("binary", func(b *testing.B) {
-		body, tags, _ := NewTask("t", "resnet", []runtime.Tensor{img}, WithBinaryInputs())
+		body, tags, _ := NewTask("t", "resnet", []tensor.Tensor{img}, WithBinaryInputs())
 		benchTask(b, body, tags, imageModel)
 	})
 	b.Run("encoding-json-flat", func(b *testing.B) {
@@ -121,7 +121,7 @@ func BenchmarkDecodeImage(b *testing.B) {
 		b.SetBytes(int64(len(nested)))
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, _, _, err := decodeArray(nested, 0, runtime.FP32, len(nested)/2, 1<<30); err != nil {
+			if _, _, _, err := decodeArray(nested, 0, tensor.FP32, len(nested)/2, 1<<30); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -138,9 +138,9 @@ func BenchmarkDecodeImage(b *testing.B) {
 
 // BenchmarkDecodeMLP reads a 16-float task: the per-message overhead.
 func BenchmarkDecodeMLP(b *testing.B) {
-	x := runtime.NewTensor("x", []int64{1, 16}, []float32{0.1, -0.2, 0.3, 0.45, 1.5, -2.25, 3.125, 0, 1e-3, 7, 8.5, -9, 10.75, 0.0625, 12, 13.5})
+	x := tensor.NewTensor("x", []int64{1, 16}, []float32{0.1, -0.2, 0.3, 0.45, 1.5, -2.25, 3.125, 0, 1e-3, 7, 8.5, -9, 10.75, 0.0625, 12, 13.5})
 	b.Run("oip-flat", func(b *testing.B) {
-		body, tags, _ := NewTask("f47ac10b-58cc-4372-a567-0e02b2c3d479", "mlp", []runtime.Tensor{x}, WithReplyTo("replies"))
+		body, tags, _ := NewTask("f47ac10b-58cc-4372-a567-0e02b2c3d479", "mlp", []tensor.Tensor{x}, WithReplyTo("replies"))
 		benchTask(b, body, tags, mlpModel)
 	})
 	b.Run("args-nested", func(b *testing.B) {
@@ -149,11 +149,11 @@ func BenchmarkDecodeMLP(b *testing.B) {
 		benchTask(b, body, tags, mlpModel)
 	})
 	b.Run("binary", func(b *testing.B) {
-		body, tags, _ := NewTask("f47ac10b-58cc-4372-a567-0e02b2c3d479", "mlp", []runtime.Tensor{x}, WithBinaryInputs())
+		body, tags, _ := NewTask("f47ac10b-58cc-4372-a567-0e02b2c3d479", "mlp", []tensor.Tensor{x}, WithBinaryInputs())
 		benchTask(b, body, tags, mlpModel)
 	})
 	b.Run("encoding-json", func(b *testing.B) {
-		body, _, _ := NewTask("f47ac10b-58cc-4372-a567-0e02b2c3d479", "mlp", []runtime.Tensor{x}, WithReplyTo("replies"))
+		body, _, _ := NewTask("f47ac10b-58cc-4372-a567-0e02b2c3d479", "mlp", []tensor.Tensor{x}, WithReplyTo("replies"))
 		b.SetBytes(int64(len(body)))
 		b.ReportAllocs()
 		for b.Loop() {
@@ -187,16 +187,16 @@ func BenchmarkEncodeRecord(b *testing.B) {
 		name  string
 		shape []int64
 	}{{"logits-1x1000", []int64{1, 1000}}, {"mlp-1x4", []int64{1, 4}}, {"image-1x3x224x224", []int64{1, 3, 224, 224}}} {
-		v := make([]float32, runtime.NumElements(c.shape))
+		v := make([]float32, tensor.NumElements(c.shape))
 		for i := range v {
 			v[i] = float32(r.NormFloat64())
 		}
-		y := runtime.NewTensor("y", c.shape, v)
+		y := tensor.NewTensor("y", c.shape, v)
 		now := time.Now()
 		b.Run(c.name+"/inferq", func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				result, bin, err := NewInferResponse("m", "1", []runtime.Tensor{y}, nil).Encode()
+				result, bin, err := NewInferResponse("m", "1", []tensor.Tensor{y}, nil).Encode()
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -209,7 +209,7 @@ func BenchmarkEncodeRecord(b *testing.B) {
 			b.ReportAllocs()
 			tk := &Task{BinaryOutputs: true}
 			for b.Loop() {
-				result, bin, _ := NewInferResponse("m", "1", []runtime.Tensor{y}, tk).Encode()
+				result, bin, _ := NewInferResponse("m", "1", []tensor.Tensor{y}, tk).Encode()
 				rec := Record{TaskID: "f47ac10b-58cc-4372-a567-0e02b2c3d479", Status: StatusSuccess, Result: result, Binary: bin, CreatedAt: now, CompletedAt: now}
 				rec.Encode()
 			}
@@ -255,7 +255,7 @@ func BenchmarkParseRecord(b *testing.B) {
 	for i := range v {
 		v[i] = float32(r.NormFloat64())
 	}
-	result, _, _ := NewInferResponse("m", "1", []runtime.Tensor{runtime.NewTensor("y", []int64{1, 1000}, v)}, nil).Encode()
+	result, _, _ := NewInferResponse("m", "1", []tensor.Tensor{tensor.NewTensor("y", []int64{1, 1000}, v)}, nil).Encode()
 	body, _ := (&Record{TaskID: "t", Status: StatusSuccess, Result: result}).Encode()
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()

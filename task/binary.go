@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/inferq/inferq/runtime"
+	"github.com/inferq/inferq/tensor"
 )
 
 // The binary form (Triton's binary tensor extension, carried over).
@@ -59,40 +59,40 @@ func (t *Task) split(body []byte, tags map[string]string) ([]byte, error) {
 	return nil, fmt.Errorf("%w: content-type %q (want %s or %s)", ErrUndecodable, ct, ContentTypeJSON, ContentTypeBinary)
 }
 
-func (r *inputReader) binaryTensor(w wireTensor, info runtime.TensorInfo, binary bool, bin []byte) (runtime.Tensor, error) {
+func (r *inputReader) binaryTensor(w wireTensor, info tensor.TensorInfo, binary bool, bin []byte) (tensor.Tensor, error) {
 	switch {
 	case !binary:
-		return runtime.Tensor{}, badInput(w.name, "binary_data_size needs the binary form (content-type %s)", ContentTypeBinary)
+		return tensor.Tensor{}, badInput(w.name, "binary_data_size needs the binary form (content-type %s)", ContentTypeBinary)
 	case w.data != nil:
-		return runtime.Tensor{}, badInput(w.name, "both data and binary_data_size")
+		return tensor.Tensor{}, badInput(w.name, "both data and binary_data_size")
 	case !w.hasShape:
-		return runtime.Tensor{}, badInput(w.name, "binary data needs a shape")
+		return tensor.Tensor{}, badInput(w.name, "binary data needs a shape")
 	}
 	shape, ok := fitShape(info, w.shape)
 	if !ok {
-		return runtime.Tensor{}, mismatch(info, info.DType, shape)
+		return tensor.Tensor{}, mismatch(info, info.DType, shape)
 	}
-	n := runtime.NumElements(shape)
+	n := tensor.NumElements(shape)
 	if n < 0 {
-		return runtime.Tensor{}, badInput(w.name, "shape %s overflows", runtime.FormatShape(w.shape))
+		return tensor.Tensor{}, badInput(w.name, "shape %s overflows", tensor.FormatShape(w.shape))
 	}
 	if err := r.take(w.name, n); err != nil {
-		return runtime.Tensor{}, err
+		return tensor.Tensor{}, err
 	}
 	if left := int64(len(bin) - r.off); w.binSize > left {
-		return runtime.Tensor{}, badInput(w.name, "binary_data_size %d overruns the binary data (%d bytes left of %d)", w.binSize, left, len(bin))
+		return tensor.Tensor{}, badInput(w.name, "binary_data_size %d overruns the binary data (%d bytes left of %d)", w.binSize, left, len(bin))
 	}
 	end := r.off + int(w.binSize)
-	tn := runtime.Tensor{Name: w.name, DType: info.DType, Shape: shape, Data: bin[r.off:end:end]}
+	tn := tensor.Tensor{Name: w.name, DType: info.DType, Shape: shape, Data: bin[r.off:end:end]}
 	r.off = end
-	if info.DType != runtime.BYTES {
+	if info.DType != tensor.BYTES {
 		if want := n * int64(info.DType.Size()); w.binSize != want {
-			return runtime.Tensor{}, badInput(w.name, "binary_data_size is %d bytes, %s %s needs %d", w.binSize, info.DType, runtime.FormatShape(shape), want)
+			return tensor.Tensor{}, badInput(w.name, "binary_data_size is %d bytes, %s %s needs %d", w.binSize, info.DType, tensor.FormatShape(shape), want)
 		}
 		return tn, nil
 	}
 	if err := tn.Validate(); err != nil {
-		return runtime.Tensor{}, badInput(w.name, "%w", err)
+		return tensor.Tensor{}, badInput(w.name, "%w", err)
 	}
 	return tn, nil
 }

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/inferq/inferq/runtime"
+	"github.com/inferq/inferq/tensor"
 )
 
 // Option sets an optional field of a task or query built by NewTask or
@@ -73,7 +73,7 @@ func WithBinaryInputs() Option { return func(o *buildOptions) { o.binaryInputs =
 // in the binary form (WithBinaryInputs). An empty id gets a random UUID.
 // Invalid tensors, and FP16 outside the binary form, are errors wrapping
 // ErrBadInput.
-func NewTask(id, model string, inputs []runtime.Tensor, opts ...Option) (body []byte, tags map[string]string, err error) {
+func NewTask(id, model string, inputs []tensor.Tensor, opts ...Option) (body []byte, tags map[string]string, err error) {
 	o := buildOptions{createdAt: time.Now()}
 	for _, f := range opts {
 		f(&o)
@@ -86,7 +86,7 @@ func NewTask(id, model string, inputs []runtime.Tensor, opts ...Option) (body []
 
 // NewQuery builds a sync query request {"task_name","args","kwargs"} like
 // NewTask, without task_id (and without created_at unless WithCreatedAt).
-func NewQuery(model string, inputs []runtime.Tensor, opts ...Option) (body []byte, tags map[string]string, err error) {
+func NewQuery(model string, inputs []tensor.Tensor, opts ...Option) (body []byte, tags map[string]string, err error) {
 	var o buildOptions
 	for _, f := range opts {
 		f(&o)
@@ -94,7 +94,7 @@ func NewQuery(model string, inputs []runtime.Tensor, opts ...Option) (body []byt
 	return build("", model, inputs, &o)
 }
 
-func build(id, model string, inputs []runtime.Tensor, o *buildOptions) ([]byte, map[string]string, error) {
+func build(id, model string, inputs []tensor.Tensor, o *buildOptions) ([]byte, map[string]string, error) {
 	size := 256
 	for _, t := range inputs {
 		size += 96 + len(t.Name)
@@ -117,7 +117,7 @@ func build(id, model string, inputs []runtime.Tensor, o *buildOptions) ([]byte, 
 		if i > 0 {
 			b = append(b, ',')
 		}
-		if t.DType == runtime.FP16 && !o.binaryInputs {
+		if t.DType == tensor.FP16 && !o.binaryInputs {
 			return nil, nil, fmt.Errorf("%w: input %q: %w", ErrBadInput, t.Name, errFP16JSON)
 		}
 		var err error

@@ -9,13 +9,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/inferq/inferq/runtime"
+	"github.com/inferq/inferq/tensor"
 )
 
-var allDTypes = []runtime.DType{
-	runtime.BOOL, runtime.UINT8, runtime.UINT16, runtime.UINT32, runtime.UINT64,
-	runtime.INT8, runtime.INT16, runtime.INT32, runtime.INT64,
-	runtime.FP16, runtime.FP32, runtime.FP64, runtime.BYTES,
+var allDTypes = []tensor.DType{
+	tensor.BOOL, tensor.UINT8, tensor.UINT16, tensor.UINT32, tensor.UINT64,
+	tensor.INT8, tensor.INT16, tensor.INT32, tensor.INT64,
+	tensor.FP16, tensor.FP32, tensor.FP64, tensor.BYTES,
 }
 
 // TestRoundTripEveryDType builds each datatype's task in both forms, parses
@@ -25,15 +25,15 @@ func TestRoundTripEveryDType(t *testing.T) {
 	for _, dt := range allDTypes {
 		for _, bin := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/binary=%v", dt, bin), func(t *testing.T) {
-				model := runtime.ModelInfo{Inputs: []runtime.TensorInfo{info("a", dt, -1, 3, 2), info("b", dt, -1)}}
+				model := tensor.ModelInfo{Inputs: []tensor.TensorInfo{info("a", dt, -1, 3, 2), info("b", dt, -1)}}
 				a := randomTensor(r, "a", dt, []int64{4, 3, 2})
 				b := randomTensor(r, "b", dt, []int64{5})
 				opts := []Option{WithTimeout(2 * time.Second), WithReplyTo("replies"), WithPriority(5)}
 				if bin {
 					opts = append(opts, WithBinaryInputs())
 				}
-				body, tags, err := NewTask("id-1", "m", []runtime.Tensor{b, a}, opts...)
-				if dt == runtime.FP16 && !bin {
+				body, tags, err := NewTask("id-1", "m", []tensor.Tensor{b, a}, opts...)
+				if dt == tensor.FP16 && !bin {
 					wantErr(t, err, ErrBadInput, `input "b": FP16 data needs the binary form`)
 					return
 				}
@@ -54,7 +54,7 @@ func TestRoundTripEveryDType(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				checkTensors(t, got, []runtime.Tensor{a, b})
+				checkTensors(t, got, []tensor.Tensor{a, b})
 				if !bin && !json.Valid(body) {
 					t.Fatal("JSON form is not valid JSON")
 				}
@@ -64,9 +64,9 @@ func TestRoundTripEveryDType(t *testing.T) {
 }
 
 func TestNewTaskForm(t *testing.T) {
-	x := runtime.NewTensor("x", []int64{1, 2}, []float32{0.5, -1e-7})
+	x := tensor.NewTensor("x", []int64{1, 2}, []float32{0.5, -1e-7})
 	created := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
-	body, tags, err := NewTask("t1", "mlp", []runtime.Tensor{x}, WithCreatedAt(created),
+	body, tags, err := NewTask("t1", "mlp", []tensor.Tensor{x}, WithCreatedAt(created),
 		WithOutputs("y"), WithBinaryOutputs("z"), WithTraceParent("00-1-2-01"))
 	if err != nil {
 		t.Fatal(err)
@@ -79,7 +79,7 @@ func TestNewTaskForm(t *testing.T) {
 	if tags[TagTaskID] != "t1" || tags[TagContentType] != ContentTypeJSON || tags[TagTraceParent] != "00-1-2-01" {
 		t.Errorf("tags %v", tags)
 	}
-	body, tags, err = NewTask("t1", "mlp", []runtime.Tensor{x}, WithCreatedAt(created), WithBinaryInputs(), WithBinaryOutputs())
+	body, tags, err = NewTask("t1", "mlp", []tensor.Tensor{x}, WithCreatedAt(created), WithBinaryInputs(), WithBinaryOutputs())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestNewTaskForm(t *testing.T) {
 		t.Errorf("binary body %q tags %v", body, tags)
 	}
 	// Invalid tensors are refused.
-	_, _, err = NewTask("t", "m", []runtime.Tensor{{Name: "x", DType: runtime.FP32, Shape: []int64{2}, Data: []byte{1}}})
+	_, _, err = NewTask("t", "m", []tensor.Tensor{{Name: "x", DType: tensor.FP32, Shape: []int64{2}, Data: []byte{1}}})
 	wantErr(t, err, ErrBadInput, `input "x"`)
 	// An empty id gets a UUID.
 	_, tags, _ = NewTask("", "m", nil)
@@ -100,8 +100,8 @@ func TestNewTaskForm(t *testing.T) {
 }
 
 func TestNewQuery(t *testing.T) {
-	x := runtime.NewTensor("x", []int64{16}, make([]float32, 16))
-	body, tags, err := NewQuery("mlp", []runtime.Tensor{x}, WithBinaryInputs())
+	x := tensor.NewTensor("x", []int64{16}, make([]float32, 16))
+	body, tags, err := NewQuery("mlp", []tensor.Tensor{x}, WithBinaryInputs())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +145,7 @@ func TestMessageAdapterForm(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkTensors(t, got, []runtime.Tensor{{Name: "x", DType: runtime.FP32, Shape: []int64{1, 16}, Data: seqFloats(16, 0)}})
+	checkTensors(t, got, []tensor.Tensor{{Name: "x", DType: tensor.FP32, Shape: []int64{1, 16}, Data: seqFloats(16, 0)}})
 
 	m = Message{TaskName: "mlp", Kwargs: map[string]any{"x": []float32{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}}}
 	body, tags, _ = m.Encode()
@@ -157,7 +157,7 @@ func TestMessageAdapterForm(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkTensors(t, got, []runtime.Tensor{{Name: "x", DType: runtime.FP32, Shape: []int64{1, 16}, Data: seqFloats(16, 0)}})
+	checkTensors(t, got, []tensor.Tensor{{Name: "x", DType: tensor.FP32, Shape: []int64{1, 16}, Data: seqFloats(16, 0)}})
 	if _, _, err := (&Message{TaskName: "m", Args: []any{func() {}}}).Encode(); err == nil {
 		t.Error("unencodable args accepted")
 	}

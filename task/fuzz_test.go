@@ -8,15 +8,15 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/inferq/inferq/runtime"
+	"github.com/inferq/inferq/tensor"
 )
 
 // fuzzModels are read against every task the fuzzers make.
-var fuzzModels = []runtime.ModelInfo{
+var fuzzModels = []tensor.ModelInfo{
 	mlpModel, multiModel, fixedModel,
-	{Inputs: []runtime.TensorInfo{info("text", runtime.BYTES, -1)}},
-	{Inputs: []runtime.TensorInfo{info("n", runtime.INT8, -1, 2)}},
-	{Inputs: []runtime.TensorInfo{info("b", runtime.BOOL)}},
+	{Inputs: []tensor.TensorInfo{info("text", tensor.BYTES, -1)}},
+	{Inputs: []tensor.TensorInfo{info("n", tensor.INT8, -1, 2)}},
+	{Inputs: []tensor.TensorInfo{info("b", tensor.BOOL)}},
 }
 
 // allocBound is the most tensor memory a body of n bytes may make Inputs
@@ -25,7 +25,7 @@ func allocBound(n int) int { return 8*n + 1024 }
 
 // checkTensorsFrom checks decoded tensors: valid, and not much larger than
 // the body they came from (binary data aliases it and costs nothing).
-func checkTensorsFrom(t *testing.T, ts []runtime.Tensor, body []byte) {
+func checkTensorsFrom(t *testing.T, ts []tensor.Tensor, body []byte) {
 	t.Helper()
 	total := 0
 	for _, tn := range ts {
@@ -117,8 +117,8 @@ func FuzzBinary(f *testing.F) {
 	for _, c := range binaryCases {
 		f.Add(c.header, c.data, 0)
 	}
-	x := runtime.NewTensor("x", []int64{2, 16}, make([]float32, 32))
-	ok, tags, _ := NewTask("t", "m", []runtime.Tensor{x}, WithBinaryInputs())
+	x := tensor.NewTensor("x", []int64{2, 16}, make([]float32, 32))
+	ok, tags, _ := NewTask("t", "m", []tensor.Tensor{x}, WithBinaryInputs())
 	hl, _ := strconv.Atoi(tags[TagHeaderLength])
 	f.Add(string(ok[:hl]), ok[hl:], 0)
 	f.Add(binHeader(binTensor("half", "FP16", "[1,2]", 4), binTensor("text", "BYTES", "[1]", 6)), []byte{0, 60, 0, 60, 2, 0, 0, 0, 'h', 'i'}, 0)
@@ -159,10 +159,10 @@ func FuzzBinary(f *testing.F) {
 func FuzzParseRecord(f *testing.F) {
 	r := Record{TaskID: "t", Status: StatusSuccess, Attempts: 2, Worker: "w", Timings: map[string]float64{"infer": 0.5}}
 	for _, bin := range []bool{false, true} {
-		outs := []runtime.Tensor{
-			runtime.NewTensor("y", []int64{1, 3}, []float32{1, -2.5, 3e-9}),
-			runtime.NewBytesTensor("s", []int64{2}, [][]byte{[]byte("a"), []byte("é")}),
-			{Name: "h", DType: runtime.FP16, Shape: []int64{2}, Data: []byte{0, 0x3c, 0, 0xc0}},
+		outs := []tensor.Tensor{
+			tensor.NewTensor("y", []int64{1, 3}, []float32{1, -2.5, 3e-9}),
+			tensor.NewBytesTensor("s", []int64{2}, [][]byte{[]byte("a"), []byte("é")}),
+			{Name: "h", DType: tensor.FP16, Shape: []int64{2}, Data: []byte{0, 0x3c, 0, 0xc0}},
 		}
 		res, b, _ := NewInferResponse("m", "1", outs, &Task{BinaryOutputs: bin}).Encode()
 		r.Result, r.Binary = res, b
@@ -211,9 +211,9 @@ func FuzzParseRecord(f *testing.F) {
 		for i, o := range back.Outputs {
 			w := resp.Outputs[i]
 			same := len(o.Data) == len(w.Data)
-			if o.DType == runtime.BYTES { // JSON text turns invalid UTF-8 into U+FFFD
-				a, _ := runtime.BytesElements(o.Tensor)
-				b, _ := runtime.BytesElements(w.Tensor)
+			if o.DType == tensor.BYTES { // JSON text turns invalid UTF-8 into U+FFFD
+				a, _ := tensor.BytesElements(o.Tensor)
+				b, _ := tensor.BytesElements(w.Tensor)
 				same = len(a) == len(b)
 			}
 			if o.Name != w.Name || o.DType != w.DType || !same {

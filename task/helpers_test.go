@@ -8,34 +8,34 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/inferq/inferq/runtime"
+	"github.com/inferq/inferq/tensor"
 )
 
-func info(name string, dt runtime.DType, dims ...int64) runtime.TensorInfo {
-	return runtime.TensorInfo{Name: name, DType: dt, Dims: dims, ONNXType: dt.String()}
+func info(name string, dt tensor.DType, dims ...int64) tensor.TensorInfo {
+	return tensor.TensorInfo{Name: name, DType: dt, Dims: dims, ONNXType: dt.String()}
 }
 
 // Models the tests read tasks for.
 var (
-	mlpModel = runtime.ModelInfo{
-		Inputs:  []runtime.TensorInfo{info("x", runtime.FP32, -1, 16)},
-		Outputs: []runtime.TensorInfo{info("y", runtime.FP32, -1, 4)},
+	mlpModel = tensor.ModelInfo{
+		Inputs:  []tensor.TensorInfo{info("x", tensor.FP32, -1, 16)},
+		Outputs: []tensor.TensorInfo{info("y", tensor.FP32, -1, 4)},
 	}
-	imageModel = runtime.ModelInfo{
-		Inputs:  []runtime.TensorInfo{info("images", runtime.FP32, -1, 3, 224, 224)},
-		Outputs: []runtime.TensorInfo{info("logits", runtime.FP32, -1, 1000)},
+	imageModel = tensor.ModelInfo{
+		Inputs:  []tensor.TensorInfo{info("images", tensor.FP32, -1, 3, 224, 224)},
+		Outputs: []tensor.TensorInfo{info("logits", tensor.FP32, -1, 1000)},
 	}
-	multiModel = runtime.ModelInfo{
-		Inputs: []runtime.TensorInfo{
-			info("ids", runtime.INT64, -1, 4),
-			info("mask", runtime.BOOL, -1, 4),
-			info("text", runtime.BYTES, -1),
-			info("pix", runtime.UINT8, -1, 2),
-			info("half", runtime.FP16, -1, 2),
+	multiModel = tensor.ModelInfo{
+		Inputs: []tensor.TensorInfo{
+			info("ids", tensor.INT64, -1, 4),
+			info("mask", tensor.BOOL, -1, 4),
+			info("text", tensor.BYTES, -1),
+			info("pix", tensor.UINT8, -1, 2),
+			info("half", tensor.FP16, -1, 2),
 		},
 	}
-	fixedModel = runtime.ModelInfo{
-		Inputs: []runtime.TensorInfo{info("x", runtime.FP32, 1, 3)},
+	fixedModel = tensor.ModelInfo{
+		Inputs: []tensor.TensorInfo{info("x", tensor.FP32, 1, 3)},
 	}
 )
 
@@ -57,10 +57,10 @@ func wantErr(t *testing.T, err, sentinel error, subs ...string) {
 
 // randomTensor returns a valid tensor of dt and shape with varied values
 // (no NaN, whose payload JSON does not keep).
-func randomTensor(r *rand.Rand, name string, dt runtime.DType, shape []int64) runtime.Tensor {
-	n := int(runtime.NumElements(shape))
+func randomTensor(r *rand.Rand, name string, dt tensor.DType, shape []int64) tensor.Tensor {
+	n := int(tensor.NumElements(shape))
 	switch dt {
-	case runtime.BYTES:
+	case tensor.BYTES:
 		elems := make([][]byte, n)
 		for i := range elems {
 			e := make([]byte, r.IntN(12))
@@ -72,7 +72,7 @@ func randomTensor(r *rand.Rand, name string, dt runtime.DType, shape []int64) ru
 			}
 			elems[i] = e
 		}
-		return runtime.NewBytesTensor(name, shape, elems)
+		return tensor.NewBytesTensor(name, shape, elems)
 	}
 	data := make([]byte, n*dt.Size())
 	for i := range data {
@@ -80,28 +80,28 @@ func randomTensor(r *rand.Rand, name string, dt runtime.DType, shape []int64) ru
 	}
 	for i := 0; i < n; i++ {
 		switch dt {
-		case runtime.BOOL:
+		case tensor.BOOL:
 			data[i] &= 1
-		case runtime.FP32:
+		case tensor.FP32:
 			f := math.Float32frombits(r.Uint32())
 			if f != f {
 				f = float32(math.Inf(1 - 2*(i&1)))
 			}
 			putFloat32(data[4*i:], f)
-		case runtime.FP64:
+		case tensor.FP64:
 			f := math.Float64frombits(r.Uint64())
 			if f != f {
 				f = 0.1
 			}
 			putFloat64(data[8*i:], f)
-		case runtime.FP16:
+		case tensor.FP16:
 			h := uint16(data[2*i]) | uint16(data[2*i+1])<<8
 			if h&0x7c00 == 0x7c00 && h&0x3ff != 0 { // NaN
 				data[2*i+1] &^= 0x40
 			}
 		}
 	}
-	return runtime.Tensor{Name: name, DType: dt, Shape: shape, Data: data}
+	return tensor.Tensor{Name: name, DType: dt, Shape: shape, Data: data}
 }
 
 func putFloat32(b []byte, f float32) {

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/inferq/inferq/runtime"
+	"github.com/inferq/inferq/tensor"
 )
 
 // wireTensor is one Open Inference Protocol tensor object as read from
@@ -143,13 +143,13 @@ func readTensor(b []byte, v int, max int64) (wireTensor, int, error) {
 // instead: not decoded, or not a tensor of that datatype, in which case
 // the skip tells a syntax error from an input error.
 func (w *wireTensor) decodeNow(b []byte, v int, max int64) (int, bool) {
-	dt, err := runtime.ParseDType(w.dtName)
-	if err != nil || dt == runtime.FP16 || b[v] != '[' {
+	dt, err := tensor.ParseDType(w.dtName)
+	if err != nil || dt == tensor.FP16 || b[v] != '[' {
 		return v, false
 	}
 	most := int64(len(b)-v)/2 + 1
 	hint := capHint(b[v:], dt, max)
-	if n := runtime.NumElements(w.shape); w.hasShape && n >= 0 && n <= min(most, max) {
+	if n := tensor.NumElements(w.shape); w.hasShape && n >= 0 && n <= min(most, max) {
 		hint = int(n) * dt.Size()
 	}
 	data, got, end, err := decodeArray(b, v, dt, hint, min(most, max))
@@ -178,9 +178,9 @@ func (w *wireTensor) decodeNow(b []byte, v int, max int64) (int, bool) {
 // model's; every fixed dim must match. Binary tensors alias the body;
 // JSON tensors are decoded into new memory. Errors wrap ErrBadInput and
 // name the input (those over lim.MaxTensorElements wrap ErrTooLarge too).
-func (t *Task) Inputs(model runtime.ModelInfo, lim Limits) ([]runtime.Tensor, error) {
+func (t *Task) Inputs(model tensor.ModelInfo, lim Limits) ([]tensor.Tensor, error) {
 	lim = lim.withDefaults()
-	r := inputReader{model: model, budget: lim.MaxTensorElements, out: make([]runtime.Tensor, len(model.Inputs))}
+	r := inputReader{model: model, budget: lim.MaxTensorElements, out: make([]tensor.Tensor, len(model.Inputs))}
 	for _, in := range model.Inputs {
 		if !in.DType.Valid() {
 			return nil, fmt.Errorf("%w: input %q: the model's type %s cannot be carried", ErrBadInput, in.Name, in.ONNXType)
@@ -213,9 +213,9 @@ func (t *Task) Inputs(model runtime.ModelInfo, lim Limits) ([]runtime.Tensor, er
 
 // inputReader collects a task's tensors for one model.
 type inputReader struct {
-	model  runtime.ModelInfo
+	model  tensor.ModelInfo
 	budget int64 // elements left under the limit
-	out    []runtime.Tensor
+	out    []tensor.Tensor
 	off    int // binary bytes consumed
 }
 
@@ -248,14 +248,14 @@ func badInput(name, format string, args ...any) error {
 	return fmt.Errorf("%w: input %q: %w", ErrBadInput, name, fmt.Errorf(format, args...))
 }
 
-func mismatch(info runtime.TensorInfo, dt runtime.DType, shape []int64) error {
+func mismatch(info tensor.TensorInfo, dt tensor.DType, shape []int64) error {
 	return fmt.Errorf("%w: input %q: expected %s %s, got %s %s", ErrBadInput, info.Name,
-		info.DType, runtime.FormatShape(info.Dims), dt, runtime.FormatShape(shape))
+		info.DType, tensor.FormatShape(info.Dims), dt, tensor.FormatShape(shape))
 }
 
 // fitShape adds the batch dim to one-row data and checks the shape against
 // the model's dims.
-func fitShape(info runtime.TensorInfo, shape []int64) ([]int64, bool) {
+func fitShape(info tensor.TensorInfo, shape []int64) ([]int64, bool) {
 	if len(info.Dims) > 0 && len(shape) == len(info.Dims)-1 {
 		shape = append([]int64{1}, shape...)
 	}
@@ -281,8 +281,8 @@ func (r *inputReader) take(name string, n int64) error {
 
 // capHint guesses the output size of JSON data of unknown shape: about
 // eight bytes of text per element, within the budget.
-func capHint(raw []byte, dt runtime.DType, budget int64) int {
-	if dt == runtime.BYTES {
+func capHint(raw []byte, dt tensor.DType, budget int64) int {
+	if dt == tensor.BYTES {
 		return len(raw)
 	}
 	return int(min(int64(len(raw)/8+1), budget)) * dt.Size()
@@ -306,14 +306,14 @@ func (r *inputReader) oip(list []wireTensor, binary bool, bin []byte) error {
 			return err
 		}
 		info := r.model.Inputs[j]
-		dt, err := runtime.ParseDType(w.dtName)
+		dt, err := tensor.ParseDType(w.dtName)
 		if err != nil {
 			return badInput(name, "datatype: %w", err)
 		}
 		if dt != info.DType {
 			return mismatch(info, dt, w.shape)
 		}
-		var tn runtime.Tensor
+		var tn tensor.Tensor
 		switch {
 		case w.binSize >= 0:
 			tn, err = r.binaryTensor(w, info, binary, bin)
@@ -331,62 +331,62 @@ func (r *inputReader) oip(list []wireTensor, binary bool, bin []byte) error {
 	return nil
 }
 
-func (r *inputReader) jsonTensor(w wireTensor, info runtime.TensorInfo) (runtime.Tensor, error) {
+func (r *inputReader) jsonTensor(w wireTensor, info tensor.TensorInfo) (tensor.Tensor, error) {
 	if !w.hasShape { // shape from the nesting
 		if !w.dec {
 			tn, _, err := r.nested(w.name, info, w.data, 0)
 			return tn, err
 		}
 		if w.decodeErr != nil {
-			return runtime.Tensor{}, badInput(w.name, "%w", w.decodeErr)
+			return tensor.Tensor{}, badInput(w.name, "%w", w.decodeErr)
 		}
 		return r.fit(w.name, info, w.decoded, w.got)
 	}
 	shape, ok := fitShape(info, w.shape)
 	if !ok {
-		return runtime.Tensor{}, mismatch(info, info.DType, shape)
+		return tensor.Tensor{}, mismatch(info, info.DType, shape)
 	}
-	n := runtime.NumElements(shape)
+	n := tensor.NumElements(shape)
 	if n < 0 {
-		return runtime.Tensor{}, badInput(w.name, "shape %s overflows", runtime.FormatShape(w.shape))
+		return tensor.Tensor{}, badInput(w.name, "shape %s overflows", tensor.FormatShape(w.shape))
 	}
 	// Every JSON element takes two bytes of text or more ("0,"), so a
 	// shape the data cannot fill is refused before anything is allocated.
 	if most := int64(len(w.data)/2 + 1); n > most {
-		return runtime.Tensor{}, badInput(w.name, "shape %s has %d elements, data holds %d at most", runtime.FormatShape(w.shape), n, most)
+		return tensor.Tensor{}, badInput(w.name, "shape %s has %d elements, data holds %d at most", tensor.FormatShape(w.shape), n, most)
 	}
 	if err := r.take(w.name, n); err != nil {
-		return runtime.Tensor{}, err
+		return tensor.Tensor{}, err
 	}
 	data, got, err := w.decoded, w.got, w.decodeErr
 	if !w.dec {
 		hint := int(n) * info.DType.Size()
-		if info.DType == runtime.BYTES {
+		if info.DType == tensor.BYTES {
 			hint = int(n)*4 + len(w.data)
 		}
 		data, got, _, err = decodeArray(w.data, 0, info.DType, hint, n)
-	} else if err == nil && runtime.NumElements(got) > n {
+	} else if err == nil && tensor.NumElements(got) > n {
 		err = errTooManyElements(n)
 	}
 	if err != nil {
 		if errors.Is(err, ErrTooLarge) { // more elements than the shape says
-			return runtime.Tensor{}, badInput(w.name, "data holds more than the %d elements of shape %s", n, runtime.FormatShape(w.shape))
+			return tensor.Tensor{}, badInput(w.name, "data holds more than the %d elements of shape %s", n, tensor.FormatShape(w.shape))
 		}
-		return runtime.Tensor{}, badInput(w.name, "%w", err)
+		return tensor.Tensor{}, badInput(w.name, "%w", err)
 	}
-	flat := len(got) <= 1 && runtime.NumElements(got) == n
+	flat := len(got) <= 1 && tensor.NumElements(got) == n
 	if !flat && !slices.Equal(got, w.shape) {
-		return runtime.Tensor{}, badInput(w.name, "data has shape %s, the tensor says %s", runtime.FormatShape(got), runtime.FormatShape(w.shape))
+		return tensor.Tensor{}, badInput(w.name, "data has shape %s, the tensor says %s", tensor.FormatShape(got), tensor.FormatShape(w.shape))
 	}
-	return runtime.Tensor{Shape: shape, Data: data}, nil
+	return tensor.Tensor{Shape: shape, Data: data}, nil
 }
 
 // nested decodes the nested array at b[i], whose shape comes from the
 // nesting, as the model's input info, and returns the offset past it.
-func (r *inputReader) nested(name string, info runtime.TensorInfo, b []byte, i int) (runtime.Tensor, int, error) {
+func (r *inputReader) nested(name string, info tensor.TensorInfo, b []byte, i int) (tensor.Tensor, int, error) {
 	data, got, end, err := decodeArray(b, i, info.DType, capHint(b[i:], info.DType, r.budget), r.budget)
 	if err != nil {
-		return runtime.Tensor{}, end, badInput(name, "%w", err)
+		return tensor.Tensor{}, end, badInput(name, "%w", err)
 	}
 	tn, err := r.fit(name, info, data, got)
 	return tn, end, err
@@ -394,15 +394,15 @@ func (r *inputReader) nested(name string, info runtime.TensorInfo, b []byte, i i
 
 // fit checks decoded data of shape got against the model's input and
 // charges it to the budget.
-func (r *inputReader) fit(name string, info runtime.TensorInfo, data []byte, got []int64) (runtime.Tensor, error) {
+func (r *inputReader) fit(name string, info tensor.TensorInfo, data []byte, got []int64) (tensor.Tensor, error) {
 	shape, ok := fitShape(info, got)
 	if !ok {
-		return runtime.Tensor{}, mismatch(info, info.DType, shape)
+		return tensor.Tensor{}, mismatch(info, info.DType, shape)
 	}
-	if err := r.take(name, runtime.NumElements(shape)); err != nil {
-		return runtime.Tensor{}, err
+	if err := r.take(name, tensor.NumElements(shape)); err != nil {
+		return tensor.Tensor{}, err
 	}
-	return runtime.Tensor{Name: info.Name, DType: info.DType, Shape: shape, Data: data}, nil
+	return tensor.Tensor{Name: info.Name, DType: info.DType, Shape: shape, Data: data}, nil
 }
 
 // named reads form 2.

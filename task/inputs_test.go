@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/inferq/inferq/runtime"
+	"github.com/inferq/inferq/tensor"
 )
 
 func body(kwargs, args string) string {
@@ -24,28 +24,28 @@ func body(kwargs, args string) string {
 var inputCases = []struct {
 	name  string
 	body  string
-	model runtime.ModelInfo
+	model tensor.ModelInfo
 	lim   Limits
-	want  []runtime.Tensor // nil when an error is expected
+	want  []tensor.Tensor // nil when an error is expected
 	err   error
 	msg   []string
 }{
 	// Form 1: kwargs.inputs.
 	{name: "oip flat", model: mlpModel,
 		body: body(`{"inputs":[{"name":"x","shape":[1,16],"datatype":"FP32","data":`+seq(16, 0.5)+`}]}`, ""),
-		want: []runtime.Tensor{{Name: "x", DType: runtime.FP32, Shape: []int64{1, 16}, Data: seqFloats(16, 0.5)}}},
+		want: []tensor.Tensor{{Name: "x", DType: tensor.FP32, Shape: []int64{1, 16}, Data: seqFloats(16, 0.5)}}},
 	{name: "oip nested", model: mlpModel,
 		body: body(`{"inputs":[{"name":"x","shape":[2,16],"datatype":"FP32","data":[`+seq(16, 0)+`,`+seq(16, 16)+`]}]}`, ""),
-		want: []runtime.Tensor{{Name: "x", DType: runtime.FP32, Shape: []int64{2, 16}, Data: seqFloats(32, 0)}}},
+		want: []tensor.Tensor{{Name: "x", DType: tensor.FP32, Shape: []int64{2, 16}, Data: seqFloats(32, 0)}}},
 	{name: "oip one row adds batch dim", model: mlpModel,
 		body: body(`{"inputs":[{"name":"x","shape":[16],"datatype":"fp32","data":`+seq(16, 0)+`}]}`, ""),
-		want: []runtime.Tensor{{Name: "x", DType: runtime.FP32, Shape: []int64{1, 16}, Data: seqFloats(16, 0)}}},
+		want: []tensor.Tensor{{Name: "x", DType: tensor.FP32, Shape: []int64{1, 16}, Data: seqFloats(16, 0)}}},
 	{name: "oip shape from nesting", model: mlpModel,
 		body: body(`{"inputs":[{"name":"x","datatype":"FP32","data":[`+seq(16, 0)+`]}]}`, ""),
-		want: []runtime.Tensor{{Name: "x", DType: runtime.FP32, Shape: []int64{1, 16}, Data: seqFloats(16, 0)}}},
+		want: []tensor.Tensor{{Name: "x", DType: tensor.FP32, Shape: []int64{1, 16}, Data: seqFloats(16, 0)}}},
 	{name: "oip wins over args", model: mlpModel,
 		body: body(`{"inputs":[{"name":"x","shape":[1,16],"datatype":"FP32","data":`+seq(16, 0)+`}]}`, `[[1]]`),
-		want: []runtime.Tensor{{Name: "x", DType: runtime.FP32, Shape: []int64{1, 16}, Data: seqFloats(16, 0)}}},
+		want: []tensor.Tensor{{Name: "x", DType: tensor.FP32, Shape: []int64{1, 16}, Data: seqFloats(16, 0)}}},
 	{name: "oip dtype mismatch", model: mlpModel,
 		body: body(`{"inputs":[{"name":"x","shape":[1,16],"datatype":"INT64","data":`+seq(16, 0)+`}]}`, ""),
 		err:  ErrBadInput, msg: []string{`input "x": expected FP32 [-1,16], got INT64 [1,16]`}},
@@ -136,47 +136,47 @@ var inputCases = []struct {
 			{"name":"pix","shape":[2],"datatype":"UINT8","data":[0,255]},
 			{"name":"half","shape":[1,2],"datatype":"FP16","data":null,"parameters":{"binary_data_size":4}}]}`, ""),
 		err: ErrBadInput, msg: []string{`input "half": binary_data_size needs the binary form`}},
-	{name: "oip types", model: runtime.ModelInfo{Inputs: []runtime.TensorInfo{
-		info("mask", runtime.BOOL, -1, 4), info("ids", runtime.INT64, -1, 4), info("text", runtime.BYTES, -1), info("pix", runtime.UINT8, -1, 2)}},
+	{name: "oip types", model: tensor.ModelInfo{Inputs: []tensor.TensorInfo{
+		info("mask", tensor.BOOL, -1, 4), info("ids", tensor.INT64, -1, 4), info("text", tensor.BYTES, -1), info("pix", tensor.UINT8, -1, 2)}},
 		body: body(`{"inputs":[
 			{"name":"mask","shape":[1,4],"datatype":"BOOL","data":[true,false,true,true]},
 			{"name":"ids","shape":[1,4],"datatype":"INT64","data":[[-1,0,9007199254740993,4]]},
 			{"name":"text","shape":[2],"datatype":"BYTES","data":["héllo","a\"\u00e9\n"]},
 			{"name":"pix","shape":[2],"datatype":"UINT8","data":[0,255]}]}`, ""),
-		want: []runtime.Tensor{
-			runtime.NewTensor("mask", []int64{1, 4}, []bool{true, false, true, true}),
-			runtime.NewTensor("ids", []int64{1, 4}, []int64{-1, 0, 9007199254740993, 4}),
-			runtime.NewBytesTensor("text", []int64{2}, [][]byte{[]byte("héllo"), []byte("a\"é\n")}),
-			runtime.NewTensor("pix", []int64{1, 2}, []uint8{0, 255}),
+		want: []tensor.Tensor{
+			tensor.NewTensor("mask", []int64{1, 4}, []bool{true, false, true, true}),
+			tensor.NewTensor("ids", []int64{1, 4}, []int64{-1, 0, 9007199254740993, 4}),
+			tensor.NewBytesTensor("text", []int64{2}, [][]byte{[]byte("héllo"), []byte("a\"é\n")}),
+			tensor.NewTensor("pix", []int64{1, 2}, []uint8{0, 255}),
 		}},
 	// Form 2: kwargs by input name.
 	{name: "named", model: mlpModel, body: body(`{"x":[`+seq(16, 1)+`],"priority":2}`, ""),
-		want: []runtime.Tensor{{Name: "x", DType: runtime.FP32, Shape: []int64{1, 16}, Data: seqFloats(16, 1)}}},
+		want: []tensor.Tensor{{Name: "x", DType: tensor.FP32, Shape: []int64{1, 16}, Data: seqFloats(16, 1)}}},
 	{name: "named one row", model: mlpModel, body: body(`{"x":`+seq(16, 1)+`}`, `[[9]]`),
-		want: []runtime.Tensor{{Name: "x", DType: runtime.FP32, Shape: []int64{1, 16}, Data: seqFloats(16, 1)}}},
+		want: []tensor.Tensor{{Name: "x", DType: tensor.FP32, Shape: []int64{1, 16}, Data: seqFloats(16, 1)}}},
 	{name: "named unknown", model: mlpModel, body: body(`{"x":`+seq(16, 1)+`,"y":[1]}`, ""),
 		err: ErrBadInput, msg: []string{`input "y": not an input of the model`}},
 	{name: "named mismatch", model: mlpModel, body: body(`{"x":`+seq(15, 1)+`}`, ""),
 		err: ErrBadInput, msg: []string{`input "x": expected FP32 [-1,16], got FP32 [1,15]`}},
-	{name: "named missing", model: runtime.ModelInfo{Inputs: []runtime.TensorInfo{info("a", runtime.INT32, -1), info("b", runtime.INT32, -1)}},
+	{name: "named missing", model: tensor.ModelInfo{Inputs: []tensor.TensorInfo{info("a", tensor.INT32, -1), info("b", tensor.INT32, -1)}},
 		body: body(`{"a":[1,2]}`, ""), err: ErrBadInput, msg: []string{`input "b": missing`}},
-	{name: "named two", model: runtime.ModelInfo{Inputs: []runtime.TensorInfo{info("a", runtime.INT32, -1), info("b", runtime.FP64, -1, 2)}},
+	{name: "named two", model: tensor.ModelInfo{Inputs: []tensor.TensorInfo{info("a", tensor.INT32, -1), info("b", tensor.FP64, -1, 2)}},
 		body: body(`{"b":[[1.5,2],[3,4e300]],"a":[7,8]}`, ""),
-		want: []runtime.Tensor{
-			runtime.NewTensor("a", []int64{2}, []int32{7, 8}),
-			runtime.NewTensor("b", []int64{2, 2}, []float64{1.5, 2, 3, 4e300}),
+		want: []tensor.Tensor{
+			tensor.NewTensor("a", []int64{2}, []int32{7, 8}),
+			tensor.NewTensor("b", []int64{2, 2}, []float64{1.5, 2, 3, 4e300}),
 		}},
 	{name: "named fp16", model: multiModel, body: body(`{"half":[1,2]}`, ""),
 		err: ErrBadInput, msg: []string{`input "half": FP16 data needs the binary form`}},
 	// Form 3: args[0].
 	{name: "args", model: mlpModel, body: body(`{}`, `[[`+seq(16, 2)+`]]`),
-		want: []runtime.Tensor{{Name: "x", DType: runtime.FP32, Shape: []int64{1, 16}, Data: seqFloats(16, 2)}}},
+		want: []tensor.Tensor{{Name: "x", DType: tensor.FP32, Shape: []int64{1, 16}, Data: seqFloats(16, 2)}}},
 	{name: "args one row", model: mlpModel, body: body(`{"outputs":["y"]}`, `[`+seq(16, 2)+`]`),
-		want: []runtime.Tensor{{Name: "x", DType: runtime.FP32, Shape: []int64{1, 16}, Data: seqFloats(16, 2)}}},
-	{name: "args scalar", model: runtime.ModelInfo{Inputs: []runtime.TensorInfo{info("n", runtime.INT64, -1)}}, body: body(`{}`, `[5]`),
-		want: []runtime.Tensor{runtime.NewTensor("n", []int64{1}, []int64{5})}},
-	{name: "args bytes", model: runtime.ModelInfo{Inputs: []runtime.TensorInfo{info("text", runtime.BYTES, -1)}}, body: body(`{}`, `["great product"]`),
-		want: []runtime.Tensor{runtime.NewBytesTensor("text", []int64{1}, [][]byte{[]byte("great product")})}},
+		want: []tensor.Tensor{{Name: "x", DType: tensor.FP32, Shape: []int64{1, 16}, Data: seqFloats(16, 2)}}},
+	{name: "args scalar", model: tensor.ModelInfo{Inputs: []tensor.TensorInfo{info("n", tensor.INT64, -1)}}, body: body(`{}`, `[5]`),
+		want: []tensor.Tensor{tensor.NewTensor("n", []int64{1}, []int64{5})}},
+	{name: "args bytes", model: tensor.ModelInfo{Inputs: []tensor.TensorInfo{info("text", tensor.BYTES, -1)}}, body: body(`{}`, `["great product"]`),
+		want: []tensor.Tensor{tensor.NewBytesTensor("text", []int64{1}, [][]byte{[]byte("great product")})}},
 	{name: "args two", model: mlpModel, body: body(`{}`, `[`+seq(16, 2)+`, 5]`),
 		err: ErrBadInput, msg: []string{`args: want one argument, the input's data, got 2`}},
 	{name: "args multi-input model", model: multiModel, body: body(`{}`, `[[1,2,3,4]]`),
@@ -189,7 +189,7 @@ var inputCases = []struct {
 		err: ErrBadInput, msg: []string{`input "x": expected FP32 [-1,16], got FP32 [1,0]`}},
 	{name: "no inputs", model: mlpModel, body: body(`{"outputs":["y"]}`, `[]`),
 		err: ErrBadInput, msg: []string{`no inputs`}},
-	{name: "model type not carried", model: runtime.ModelInfo{Inputs: []runtime.TensorInfo{{Name: "q", Dims: []int64{-1}, ONNXType: "BFLOAT16"}}},
+	{name: "model type not carried", model: tensor.ModelInfo{Inputs: []tensor.TensorInfo{{Name: "q", Dims: []int64{-1}, ONNXType: "BFLOAT16"}}},
 		body: body(`{}`, `[[1]]`), err: ErrBadInput, msg: []string{`input "q": the model's type BFLOAT16 cannot be carried`}},
 }
 
@@ -216,7 +216,7 @@ func TestInputs(t *testing.T) {
 	}
 }
 
-func checkTensors(t *testing.T, got, want []runtime.Tensor) {
+func checkTensors(t *testing.T, got, want []tensor.Tensor) {
 	t.Helper()
 	if len(got) != len(want) {
 		t.Fatalf("%d tensors, want %d", len(got), len(want))
@@ -252,11 +252,11 @@ func binTensor(name, dt, shape string, size int) string {
 }
 
 func TestBinaryInputs(t *testing.T) {
-	ids := runtime.NewTensor("ids", []int64{1, 4}, []int64{1, -2, 3, 1 << 40})
-	mask := runtime.NewTensor("mask", []int64{1, 4}, []bool{true, false, false, true})
-	text := runtime.NewBytesTensor("text", []int64{3}, [][]byte{[]byte("a"), {0, 0xff}, nil})
-	pix := runtime.NewTensor("pix", []int64{1, 2}, []uint8{7, 250})
-	half := runtime.Tensor{Name: "half", DType: runtime.FP16, Shape: []int64{1, 2}, Data: []byte{0x00, 0x3c, 0x00, 0xc0}} // 1, -2
+	ids := tensor.NewTensor("ids", []int64{1, 4}, []int64{1, -2, 3, 1 << 40})
+	mask := tensor.NewTensor("mask", []int64{1, 4}, []bool{true, false, false, true})
+	text := tensor.NewBytesTensor("text", []int64{3}, [][]byte{[]byte("a"), {0, 0xff}, nil})
+	pix := tensor.NewTensor("pix", []int64{1, 2}, []uint8{7, 250})
+	half := tensor.Tensor{Name: "half", DType: tensor.FP16, Shape: []int64{1, 2}, Data: []byte{0x00, 0x3c, 0x00, 0xc0}} // 1, -2
 	header := binHeader(
 		binTensor("half", "FP16", "[2]", 4),
 		binTensor("ids", "INT64", "[1,4]", 32),
@@ -272,7 +272,7 @@ func TestBinaryInputs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkTensors(t, got, []runtime.Tensor{ids, mask, text, pix, half})
+	checkTensors(t, got, []tensor.Tensor{ids, mask, text, pix, half})
 	for _, i := range []int{0, 2, 3, 4} {
 		if !within(got[i].Data, b) {
 			t.Errorf("input %s was copied, want a slice of the body", got[i].Name)
@@ -335,12 +335,12 @@ func TestBinaryErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = tk.Inputs(runtime.ModelInfo{Inputs: []runtime.TensorInfo{info("text", runtime.BYTES, -1)}}, Limits{})
+	_, err = tk.Inputs(tensor.ModelInfo{Inputs: []tensor.TensorInfo{info("text", tensor.BYTES, -1)}}, Limits{})
 	wantErr(t, err, ErrBadInput, `input "text"`, "overruns")
 	two := binary.LittleEndian.AppendUint32(nil, 0)
 	two = binary.LittleEndian.AppendUint32(two, 0)
 	b, tags = binaryBody(binHeader(binTensor("text", "BYTES", "[1]", 8)), two)
 	tk, _ = Parse(b, tags, Limits{})
-	_, err = tk.Inputs(runtime.ModelInfo{Inputs: []runtime.TensorInfo{info("text", runtime.BYTES, -1)}}, Limits{})
+	_, err = tk.Inputs(tensor.ModelInfo{Inputs: []tensor.TensorInfo{info("text", tensor.BYTES, -1)}}, Limits{})
 	wantErr(t, err, ErrBadInput, `input "text"`, "needs 1 elements, data holds 2")
 }

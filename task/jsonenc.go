@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"unicode/utf8"
 
-	"github.com/inferq/inferq/runtime"
+	"github.com/inferq/inferq/tensor"
 )
 
 // JSON writing without reflection: tensor data is appended element by
@@ -88,8 +88,8 @@ func appendShape(b []byte, shape []int64) []byte {
 }
 
 // appendData appends the tensor's elements as a flat JSON array. The
-// tensor must be valid (see runtime.Tensor.Validate).
-func appendData(b []byte, t runtime.Tensor) []byte {
+// tensor must be valid (see tensor.Tensor.Validate).
+func appendData(b []byte, t tensor.Tensor) []byte {
 	d := t.Data
 	le := binary.LittleEndian
 	b = append(b, '[')
@@ -99,35 +99,35 @@ func appendData(b []byte, t runtime.Tensor) []byte {
 			b = append(b, ',')
 		}
 		switch t.DType {
-		case runtime.FP32:
+		case tensor.FP32:
 			b = appendFloat(b, float64(math.Float32frombits(le.Uint32(d[i:]))), 32)
-		case runtime.FP64:
+		case tensor.FP64:
 			b = appendFloat(b, math.Float64frombits(le.Uint64(d[i:])), 64)
-		case runtime.FP16:
-			b = appendFloat(b, float64(halfToFloat32(le.Uint16(d[i:]))), 32)
-		case runtime.BOOL:
+		case tensor.FP16:
+			b = appendFloat(b, float64(tensor.HalfToFloat32(le.Uint16(d[i:]))), 32)
+		case tensor.BOOL:
 			if d[i] != 0 {
 				b = append(b, "true"...)
 			} else {
 				b = append(b, "false"...)
 			}
-		case runtime.UINT8:
+		case tensor.UINT8:
 			b = strconv.AppendUint(b, uint64(d[i]), 10)
-		case runtime.UINT16:
+		case tensor.UINT16:
 			b = strconv.AppendUint(b, uint64(le.Uint16(d[i:])), 10)
-		case runtime.UINT32:
+		case tensor.UINT32:
 			b = strconv.AppendUint(b, uint64(le.Uint32(d[i:])), 10)
-		case runtime.UINT64:
+		case tensor.UINT64:
 			b = strconv.AppendUint(b, le.Uint64(d[i:]), 10)
-		case runtime.INT8:
+		case tensor.INT8:
 			b = strconv.AppendInt(b, int64(int8(d[i])), 10)
-		case runtime.INT16:
+		case tensor.INT16:
 			b = strconv.AppendInt(b, int64(int16(le.Uint16(d[i:]))), 10)
-		case runtime.INT32:
+		case tensor.INT32:
 			b = strconv.AppendInt(b, int64(int32(le.Uint32(d[i:]))), 10)
-		case runtime.INT64:
+		case tensor.INT64:
 			b = strconv.AppendInt(b, int64(le.Uint64(d[i:])), 10)
-		case runtime.BYTES:
+		case tensor.BYTES:
 			n := int(le.Uint32(d[i:]))
 			b = appendString(b, bytesString(d[i+4:i+4+n]))
 			i += 4 + n
@@ -141,7 +141,7 @@ func appendData(b []byte, t runtime.Tensor) []byte {
 // appendTensor appends one Open Inference Protocol tensor object, with
 // "data" or, when bin, "parameters": {"binary_data_size": n} and the raw
 // bytes appended to *trailer.
-func appendTensor(b []byte, t runtime.Tensor, bin bool, trailer *[]byte) ([]byte, error) {
+func appendTensor(b []byte, t tensor.Tensor, bin bool, trailer *[]byte) ([]byte, error) {
 	if err := t.Validate(); err != nil {
 		return b, err
 	}
@@ -178,62 +178,8 @@ func appendStringField(b []byte, key, s string) []byte {
 	return appendString(b, s)
 }
 
-// halfToFloat32 widens an IEEE 754 half (exactly).
-func halfToFloat32(h uint16) float32 {
-	sign := uint32(h>>15) << 31
-	exp := uint32(h>>10) & 0x1f
-	mant := uint32(h & 0x3ff)
-	switch exp {
-	case 0x1f: // infinities, NaN
-		return math.Float32frombits(sign | 0x7f800000 | mant<<13)
-	case 0: // zero, subnormal: mant * 2^-24
-		f := float32(mant) / (1 << 24)
-		if sign != 0 {
-			f = -f
-		}
-		return f
-	}
-	return math.Float32frombits(sign | (exp+112)<<23 | mant<<13)
-}
-
-// float32ToHalf narrows f to an IEEE 754 half, rounding to nearest even.
-func float32ToHalf(f float32) uint16 {
-	b := math.Float32bits(f)
-	sign := uint16(b>>16) & 0x8000
-	exp := int(b>>23) & 0xff
-	mant := b & 0x7fffff
-	if exp == 0xff {
-		if mant != 0 {
-			return sign | 0x7e00
-		}
-		return sign | 0x7c00
-	}
-	e := exp - 127 + 15
-	switch {
-	case e >= 0x1f:
-		return sign | 0x7c00
-	case e <= 0: // subnormal half, or zero
-		if e < -10 {
-			return sign
-		}
-		mant |= 0x800000
-		shift := uint(14 - e)
-		h := mant >> shift
-		rem, mid := mant&(1<<shift-1), uint32(1)<<(shift-1)
-		if rem > mid || rem == mid && h&1 == 1 {
-			h++
-		}
-		return sign | uint16(h)
-	}
-	h := uint32(e)<<10 | mant>>13
-	if rem := mant & 0x1fff; rem > 0x1000 || rem == 0x1000 && h&1 == 1 {
-		h++ // a carry into the exponent is right, up to infinity
-	}
-	return sign | uint16(h)
-}
-
 // errTensor names the tensor in an encoding error.
-func errTensor(kind string, t runtime.Tensor, err error) error {
+func errTensor(kind string, t tensor.Tensor, err error) error {
 	return fmt.Errorf("%s %q: %w", kind, t.Name, err)
 }
 

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"unsafe"
 
-	"github.com/inferq/inferq/runtime"
+	"github.com/inferq/inferq/tensor"
 )
 
 // The hand-rolled decoder of (nested) JSON number arrays: it walks the
@@ -393,7 +393,7 @@ func (n number) toInt64() (int64, error) {
 // arrayDecoder decodes one JSON value, a scalar or arrays of arrays of
 // scalars, into the raw little-endian bytes of one datatype.
 type arrayDecoder struct {
-	dt    runtime.DType
+	dt    tensor.DType
 	out   []byte
 	max   int64 // most elements allowed
 	n     int64 // elements decoded
@@ -407,8 +407,8 @@ type arrayDecoder struct {
 // (capacity trimmed) and shape. capHint sizes the output buffer in bytes;
 // max bounds the element count. Errors are plain text; the caller names the
 // input.
-func decodeArray(b []byte, i int, dt runtime.DType, capHint int, max int64) (data []byte, shape []int64, end int, err error) {
-	if dt == runtime.FP16 {
+func decodeArray(b []byte, i int, dt tensor.DType, capHint int, max int64) (data []byte, shape []int64, end int, err error) {
+	if dt == tensor.FP16 {
 		return nil, nil, i, errFP16JSON
 	}
 	if !dt.Valid() {
@@ -519,7 +519,7 @@ func errTooManyElements(max int64) error {
 // scalar decodes one element at b[i] and appends its bytes.
 func (d *arrayDecoder) scalar(b []byte, i int) (int, error) {
 	switch d.dt {
-	case runtime.FP32:
+	case tensor.FP32:
 		n, end, err := scanNumber(b, i)
 		if err != nil {
 			return end, d.elemErr(err)
@@ -530,7 +530,7 @@ func (d *arrayDecoder) scalar(b []byte, i int) (int, error) {
 		}
 		d.out = binary.LittleEndian.AppendUint32(d.out, math.Float32bits(f))
 		return end, nil
-	case runtime.FP64:
+	case tensor.FP64:
 		n, end, err := scanNumber(b, i)
 		if err != nil {
 			return end, d.elemErr(err)
@@ -541,7 +541,7 @@ func (d *arrayDecoder) scalar(b []byte, i int) (int, error) {
 		}
 		d.out = binary.LittleEndian.AppendUint64(d.out, math.Float64bits(f))
 		return end, nil
-	case runtime.BOOL:
+	case tensor.BOOL:
 		v, end, err := parseBool(b, i)
 		if err != nil {
 			return end, d.elemErr(fmt.Errorf("BOOL elements are true or false"))
@@ -552,7 +552,7 @@ func (d *arrayDecoder) scalar(b []byte, i int) (int, error) {
 		}
 		d.out = append(d.out, x)
 		return end, nil
-	case runtime.BYTES:
+	case tensor.BYTES:
 		raw, end, esc, err := scanString(b, i)
 		if err != nil {
 			if i < len(b) && b[i] != '"' {
@@ -581,7 +581,7 @@ func (d *arrayDecoder) scalar(b []byte, i int) (int, error) {
 	}
 	bits := uint(d.dt.Size() * 8)
 	switch d.dt {
-	case runtime.UINT8, runtime.UINT16, runtime.UINT32, runtime.UINT64:
+	case tensor.UINT8, tensor.UINT16, tensor.UINT32, tensor.UINT64:
 		if r != intOK || n.neg && m != 0 || bits < 64 && m >= 1<<bits {
 			return end, d.rangeErr(b[i:end])
 		}

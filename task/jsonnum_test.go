@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/inferq/inferq/runtime"
+	"github.com/inferq/inferq/tensor"
 )
 
 // randomDecimal returns a JSON number text with varied digit counts and
@@ -70,37 +70,37 @@ func TestFloatConversionsMatchStrconv(t *testing.T) {
 func TestIntegerConversions(t *testing.T) {
 	for _, c := range []struct {
 		in   string
-		dt   runtime.DType
+		dt   tensor.DType
 		want int64 // as the little-endian value sign-extended
 		err  string
 	}{
-		{"0", runtime.UINT8, 0, ""},
-		{"255", runtime.UINT8, 255, ""},
-		{"256", runtime.UINT8, 0, "256 is out of range for UINT8"},
-		{"300", runtime.UINT8, 0, "300 is out of range for UINT8"},
-		{"-1", runtime.UINT8, 0, "out of range"},
-		{"-0", runtime.UINT8, 0, ""},
-		{"-128", runtime.INT8, -128, ""},
-		{"-129", runtime.INT8, 0, "out of range"},
-		{"127", runtime.INT8, 127, ""},
-		{"2.0", runtime.INT32, 2, ""},
-		{"1e3", runtime.INT16, 1000, ""},
-		{"1.5", runtime.INT64, 0, "1.5 is not an integer (INT64)"},
-		{"1e-3", runtime.INT64, 0, "not an integer"},
-		{"9223372036854775807", runtime.INT64, math.MaxInt64, ""},
-		{"-9223372036854775808", runtime.INT64, math.MinInt64, ""},
-		{"9223372036854775808", runtime.INT64, 0, "out of range"},
-		{"18446744073709551615", runtime.UINT64, -1, ""},
-		{"18446744073709551616", runtime.UINT64, 0, "out of range"},
-		{"1.8446744073709551615e19", runtime.UINT64, -1, ""},
-		{"123456789012345678901234567890", runtime.UINT64, 0, "out of range"},
-		{"1e1000000000", runtime.INT64, 0, "out of range"},
-		{"0e1000000000", runtime.INT64, 0, ""},
-		{"NaN", runtime.INT32, 0, "not an integer"},
-		{"65535", runtime.UINT16, 65535, ""},
-		{"4294967295", runtime.UINT32, 4294967295, ""},
-		{"-2147483648", runtime.INT32, math.MinInt32, ""},
-		{"-32769", runtime.INT16, 0, "out of range"},
+		{"0", tensor.UINT8, 0, ""},
+		{"255", tensor.UINT8, 255, ""},
+		{"256", tensor.UINT8, 0, "256 is out of range for UINT8"},
+		{"300", tensor.UINT8, 0, "300 is out of range for UINT8"},
+		{"-1", tensor.UINT8, 0, "out of range"},
+		{"-0", tensor.UINT8, 0, ""},
+		{"-128", tensor.INT8, -128, ""},
+		{"-129", tensor.INT8, 0, "out of range"},
+		{"127", tensor.INT8, 127, ""},
+		{"2.0", tensor.INT32, 2, ""},
+		{"1e3", tensor.INT16, 1000, ""},
+		{"1.5", tensor.INT64, 0, "1.5 is not an integer (INT64)"},
+		{"1e-3", tensor.INT64, 0, "not an integer"},
+		{"9223372036854775807", tensor.INT64, math.MaxInt64, ""},
+		{"-9223372036854775808", tensor.INT64, math.MinInt64, ""},
+		{"9223372036854775808", tensor.INT64, 0, "out of range"},
+		{"18446744073709551615", tensor.UINT64, -1, ""},
+		{"18446744073709551616", tensor.UINT64, 0, "out of range"},
+		{"1.8446744073709551615e19", tensor.UINT64, -1, ""},
+		{"123456789012345678901234567890", tensor.UINT64, 0, "out of range"},
+		{"1e1000000000", tensor.INT64, 0, "out of range"},
+		{"0e1000000000", tensor.INT64, 0, ""},
+		{"NaN", tensor.INT32, 0, "not an integer"},
+		{"65535", tensor.UINT16, 65535, ""},
+		{"4294967295", tensor.UINT32, 4294967295, ""},
+		{"-2147483648", tensor.INT32, math.MinInt32, ""},
+		{"-32769", tensor.INT16, 0, "out of range"},
 	} {
 		data, _, _, err := decodeArray([]byte(c.in), 0, c.dt, 8, 1)
 		if c.err != "" {
@@ -117,17 +117,17 @@ func TestIntegerConversions(t *testing.T) {
 		switch len(data) {
 		case 1:
 			got = int64(int8(data[0]))
-			if c.dt == runtime.UINT8 {
+			if c.dt == tensor.UINT8 {
 				got = int64(data[0])
 			}
 		case 2:
 			got = int64(int16(binary.LittleEndian.Uint16(data)))
-			if c.dt == runtime.UINT16 {
+			if c.dt == tensor.UINT16 {
 				got = int64(binary.LittleEndian.Uint16(data))
 			}
 		case 4:
 			got = int64(int32(binary.LittleEndian.Uint32(data)))
-			if c.dt == runtime.UINT32 {
+			if c.dt == tensor.UINT32 {
 				got = int64(binary.LittleEndian.Uint32(data))
 			}
 		case 8:
@@ -136,46 +136,6 @@ func TestIntegerConversions(t *testing.T) {
 		if got != c.want {
 			t.Errorf("%s as %s = %d, want %d", c.in, c.dt, got, c.want)
 		}
-	}
-}
-
-func TestHalfConversions(t *testing.T) {
-	for h := range 1 << 16 {
-		f := halfToFloat32(uint16(h))
-		if f != f {
-			if back := float32ToHalf(f); back&0x7c00 != 0x7c00 || back&0x3ff == 0 {
-				t.Fatalf("NaN %#04x -> %#04x", h, back)
-			}
-			continue
-		}
-		if back := float32ToHalf(f); back != uint16(h) {
-			t.Fatalf("half %#04x -> %v -> %#04x", h, f, back)
-		}
-	}
-	// Rounding: between consecutive positive halves a and b, the midpoint
-	// goes to the even one, and anything off it to the nearer one.
-	for h := uint16(0); h < 0x7bff; h++ {
-		a, b := halfToFloat32(h), halfToFloat32(h+1)
-		mid := (a + b) / 2 // exact: 12 significant bits
-		even := h
-		if h&1 == 1 {
-			even = h + 1
-		}
-		if got := float32ToHalf(mid); got != even {
-			t.Fatalf("midpoint of %#04x,%#04x -> %#04x, want %#04x", h, h+1, got, even)
-		}
-		if got := float32ToHalf(math.Nextafter32(mid, 0)); got != h {
-			t.Fatalf("below midpoint of %#04x -> %#04x", h, got)
-		}
-		if got := float32ToHalf(math.Nextafter32(mid, 1e9)); got != h+1 {
-			t.Fatalf("above midpoint of %#04x -> %#04x", h, got)
-		}
-	}
-	if got := float32ToHalf(1e6); got != 0x7c00 {
-		t.Errorf("1e6 -> %#04x, want +Inf", got)
-	}
-	if got := float32ToHalf(-1e-10); got != 0x8000 {
-		t.Errorf("-1e-10 -> %#04x, want -0", got)
 	}
 }
 

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/inferq/inferq/runtime"
+	"github.com/inferq/inferq/tensor"
 )
 
 // Status is a result record's status.
@@ -272,13 +272,13 @@ type InferResponse struct {
 // OutputTensor is one output: the tensor, and whether its data travels in
 // the binary form.
 type OutputTensor struct {
-	runtime.Tensor
+	tensor.Tensor
 	Binary bool
 }
 
 // NewInferResponse returns the response for outputs, marking those the
 // task asked to get in the binary form (t may be nil: all JSON).
-func NewInferResponse(model, version string, outputs []runtime.Tensor, t *Task) *InferResponse {
+func NewInferResponse(model, version string, outputs []tensor.Tensor, t *Task) *InferResponse {
 	r := &InferResponse{ModelName: model, ModelVersion: version, Outputs: make([]OutputTensor, len(outputs))}
 	for i, o := range outputs {
 		r.Outputs[i] = OutputTensor{Tensor: o, Binary: t != nil && t.WantsBinary(o.Name)}
@@ -303,13 +303,13 @@ func (r *InferResponse) Encode() (result, bin []byte, err error) {
 
 // jsonSizeGuess estimates the JSON text of a tensor's data: float32 in
 // shortest form is up to 15 bytes with its comma, usually about 12.
-func jsonSizeGuess(t runtime.Tensor) int {
+func jsonSizeGuess(t tensor.Tensor) int {
 	switch t.DType {
-	case runtime.FP32, runtime.FP16:
+	case tensor.FP32, tensor.FP16:
 		return len(t.Data) / 4 * 14
-	case runtime.FP64:
+	case tensor.FP64:
 		return len(t.Data) / 8 * 20
-	case runtime.BYTES:
+	case tensor.BYTES:
 		return len(t.Data) * 2
 	}
 	return len(t.Data) * 4
@@ -335,8 +335,8 @@ func (r *InferResponse) AppendJSON(b, bin []byte) ([]byte, []byte, error) {
 }
 
 // Tensors returns the outputs' tensors.
-func (r *InferResponse) Tensors() []runtime.Tensor {
-	ts := make([]runtime.Tensor, len(r.Outputs))
+func (r *InferResponse) Tensors() []tensor.Tensor {
+	ts := make([]tensor.Tensor, len(r.Outputs))
 	for i, o := range r.Outputs {
 		ts[i] = o.Tensor
 	}
@@ -403,14 +403,14 @@ func decodeOutput(w wireTensor, bin []byte, off *int) (OutputTensor, error) {
 	if w.problem != "" {
 		return OutputTensor{}, fmt.Errorf("%s", w.problem)
 	}
-	dt, err := runtime.ParseDType(w.dtName)
+	dt, err := tensor.ParseDType(w.dtName)
 	if err != nil {
 		return OutputTensor{}, err
 	}
-	o := OutputTensor{Tensor: runtime.Tensor{Name: w.name, DType: dt, Shape: w.shape}}
-	n := runtime.NumElements(w.shape)
+	o := OutputTensor{Tensor: tensor.Tensor{Name: w.name, DType: dt, Shape: w.shape}}
+	n := tensor.NumElements(w.shape)
 	if n < 0 {
-		return OutputTensor{}, fmt.Errorf("shape %s overflows", runtime.FormatShape(w.shape))
+		return OutputTensor{}, fmt.Errorf("shape %s overflows", tensor.FormatShape(w.shape))
 	}
 	if w.binSize >= 0 {
 		if !w.hasShape || w.data != nil {
@@ -428,17 +428,17 @@ func decodeOutput(w wireTensor, bin []byte, off *int) (OutputTensor, error) {
 		return OutputTensor{}, fmt.Errorf("no data")
 	}
 	jdt := dt
-	if dt == runtime.FP16 {
-		jdt = runtime.FP32 // half floats travel as JSON numbers
+	if dt == tensor.FP16 {
+		jdt = tensor.FP32 // half floats travel as JSON numbers
 	}
 	most := int64(len(w.data)/2 + 1)
 	if w.hasShape && n > most {
-		return OutputTensor{}, fmt.Errorf("shape %s has %d elements, data holds %d at most", runtime.FormatShape(w.shape), n, most)
+		return OutputTensor{}, fmt.Errorf("shape %s has %d elements, data holds %d at most", tensor.FormatShape(w.shape), n, most)
 	}
 	data, got, err := w.decoded, w.got, w.decodeErr
 	if !w.dec {
 		hint := int(min(n, most)) * jdt.Size()
-		if jdt == runtime.BYTES {
+		if jdt == tensor.BYTES {
 			hint = len(w.data)
 		}
 		data, got, _, err = decodeArray(w.data, 0, jdt, hint, most)
@@ -449,14 +449,14 @@ func decodeOutput(w wireTensor, bin []byte, off *int) (OutputTensor, error) {
 	switch {
 	case !w.hasShape:
 		o.Shape = got
-	case len(got) <= 1 && runtime.NumElements(got) == n, slices.Equal(got, w.shape):
+	case len(got) <= 1 && tensor.NumElements(got) == n, slices.Equal(got, w.shape):
 	default:
-		return OutputTensor{}, fmt.Errorf("data has shape %s, the tensor says %s", runtime.FormatShape(got), runtime.FormatShape(w.shape))
+		return OutputTensor{}, fmt.Errorf("data has shape %s, the tensor says %s", tensor.FormatShape(got), tensor.FormatShape(w.shape))
 	}
-	if dt == runtime.FP16 {
+	if dt == tensor.FP16 {
 		half := make([]byte, len(data)/2)
 		for i := range len(data) / 4 {
-			h := float32ToHalf(float32frombytes(data[4*i:]))
+			h := tensor.Float32ToHalf(float32frombytes(data[4*i:]))
 			half[2*i], half[2*i+1] = byte(h), byte(h>>8)
 		}
 		data = half

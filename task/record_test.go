@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/inferq/inferq/runtime"
+	"github.com/inferq/inferq/tensor"
 )
 
 func TestStatus(t *testing.T) {
@@ -91,7 +91,7 @@ func TestParseRecordAdapter(t *testing.T) {
 // output, through a record body and back.
 func TestInferResponseRoundTrip(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
-	var outs []runtime.Tensor
+	var outs []tensor.Tensor
 	for _, dt := range allDTypes {
 		outs = append(outs, randomTensor(r, "o_"+dt.String(), dt, []int64{2, 3}))
 	}
@@ -142,8 +142,8 @@ func TestInferResponseRoundTrip(t *testing.T) {
 }
 
 func TestInferResponseJSON(t *testing.T) {
-	y := runtime.NewTensor("y", []int64{1, 5}, []float32{0.1, float32(math.Inf(-1)), float32(math.NaN()), 1e-45, 3.4028235e38})
-	result, _, err := NewInferResponse("mlp", "", []runtime.Tensor{y}, nil).Encode()
+	y := tensor.NewTensor("y", []int64{1, 5}, []float32{0.1, float32(math.Inf(-1)), float32(math.NaN()), 1e-45, 3.4028235e38})
+	result, _, err := NewInferResponse("mlp", "", []tensor.Tensor{y}, nil).Encode()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +151,7 @@ func TestInferResponseJSON(t *testing.T) {
 	if string(result) != want {
 		t.Errorf("got\n%s\nwant\n%s", result, want)
 	}
-	_, _, err = NewInferResponse("m", "", []runtime.Tensor{{Name: "bad", DType: runtime.FP32, Shape: []int64{3}}}, nil).Encode()
+	_, _, err = NewInferResponse("m", "", []tensor.Tensor{{Name: "bad", DType: tensor.FP32, Shape: []int64{3}}}, nil).Encode()
 	wantErr(t, err, nil, `output "bad"`)
 	// Binary data the JSON does not account for.
 	_, err = DecodeInferResponse([]byte(`{"model_name":"m","outputs":[]}`), []byte{1})
@@ -198,8 +198,8 @@ func TestQueryResponse(t *testing.T) {
 		t.Errorf("%+v %v", got, err)
 	}
 	// Binary outputs.
-	y := runtime.NewTensor("y", []int64{1, 2}, []float32{1, 2})
-	result, bin, _ := NewInferResponse("m", "", []runtime.Tensor{y}, &Task{BinaryOutputs: true}).Encode()
+	y := tensor.NewTensor("y", []int64{1, 2}, []float32{1, 2})
+	result, bin, _ := NewInferResponse("m", "", []tensor.Tensor{y}, &Task{BinaryOutputs: true}).Encode()
 	body, tags = (&QueryResponse{Status: StatusSuccess, Result: result, Binary: bin}).Encode()
 	if tags[TagContentType] != ContentTypeBinary {
 		t.Errorf("tags %v", tags)
@@ -212,7 +212,7 @@ func TestQueryResponse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkTensors(t, resp.Tensors(), []runtime.Tensor{y})
+	checkTensors(t, resp.Tensors(), []tensor.Tensor{y})
 	_, err = ParseQueryResponse([]byte(`{"result":1}`))
 	wantErr(t, err, ErrMalformed, "no status")
 }

@@ -19,15 +19,15 @@ import (
 	"time"
 
 	"github.com/inferq/inferq/mq"
-	"github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/task"
+	"github.com/inferq/inferq/tensor"
 )
 
 // Model is a fake model: its signature (to decode inputs) and its compute.
 type Model struct {
 	Name    string
-	Info    runtime.ModelInfo
-	Compute func(inputs []runtime.Tensor) ([]runtime.Tensor, error)
+	Info    tensor.ModelInfo
+	Compute func(inputs []tensor.Tensor) ([]tensor.Tensor, error)
 }
 
 // MLP is a stand-in for the example model mlp: input x FP32 [N,16],
@@ -36,12 +36,12 @@ type Model struct {
 func MLP() Model {
 	return Model{
 		Name: "mlp",
-		Info: runtime.ModelInfo{
-			Inputs:  []runtime.TensorInfo{{Name: "x", DType: runtime.FP32, Dims: []int64{-1, 16}}},
-			Outputs: []runtime.TensorInfo{{Name: "probs", DType: runtime.FP32, Dims: []int64{-1, 4}}},
+		Info: tensor.ModelInfo{
+			Inputs:  []tensor.TensorInfo{{Name: "x", DType: tensor.FP32, Dims: []int64{-1, 16}}},
+			Outputs: []tensor.TensorInfo{{Name: "probs", DType: tensor.FP32, Dims: []int64{-1, 4}}},
 		},
-		Compute: func(in []runtime.Tensor) ([]runtime.Tensor, error) {
-			x, err := runtime.Values[float32](in[0])
+		Compute: func(in []tensor.Tensor) ([]tensor.Tensor, error) {
+			x, err := tensor.Values[float32](in[0])
 			if err != nil {
 				return nil, err
 			}
@@ -53,26 +53,26 @@ func MLP() Model {
 				}
 				out = append(out, 0.1, 0.2, 0.3, 0.4)
 			}
-			return []runtime.Tensor{runtime.NewTensor("probs", []int64{rows, 4}, out)}, nil
+			return []tensor.Tensor{tensor.NewTensor("probs", []int64{rows, 4}, out)}, nil
 		},
 	}
 }
 
 // Echo is a model with one input x of dtype and per-item dims dims that
 // returns it as output y.
-func Echo(dtype runtime.DType, dims ...int64) Model {
+func Echo(dtype tensor.DType, dims ...int64) Model {
 	d := append([]int64{-1}, dims...)
 	return Model{
 		Name: "echo",
-		Info: runtime.ModelInfo{
-			Inputs:  []runtime.TensorInfo{{Name: "x", DType: dtype, Dims: d}},
-			Outputs: []runtime.TensorInfo{{Name: "y", DType: dtype, Dims: d}},
+		Info: tensor.ModelInfo{
+			Inputs:  []tensor.TensorInfo{{Name: "x", DType: dtype, Dims: d}},
+			Outputs: []tensor.TensorInfo{{Name: "y", DType: dtype, Dims: d}},
 		},
-		Compute: func(in []runtime.Tensor) ([]runtime.Tensor, error) {
+		Compute: func(in []tensor.Tensor) ([]tensor.Tensor, error) {
 			y := in[0]
 			y.Name = "y"
 			y.Data = append([]byte(nil), y.Data...)
-			return []runtime.Tensor{y}, nil
+			return []tensor.Tensor{y}, nil
 		},
 	}
 }
@@ -198,7 +198,7 @@ func (w *Worker) answer(m *mq.Message) (*task.Record, string) {
 	return rec, t.ReplyTo
 }
 
-func (w *Worker) run(t *task.Task) ([]runtime.Tensor, error) {
+func (w *Worker) run(t *task.Task) ([]tensor.Tensor, error) {
 	if t.Name != w.cfg.Model.Name {
 		return nil, fmt.Errorf("unknown model %q", t.Name)
 	}

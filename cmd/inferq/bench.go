@@ -21,6 +21,7 @@ import (
 	"github.com/inferq/inferq/mq"
 	"github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/task"
+	"github.com/inferq/inferq/tensor"
 )
 
 const benchHelp = `Measure inferq's throughput and latency per model and device, next to the
@@ -490,7 +491,7 @@ func (b *bencher) loadModel(ctx context.Context, env *runtime.Env, cfg models.Mo
 	m.info = m.sessions[0].Info()
 	m.check = outputCheck{outs: m.info.Outputs}
 	for range 8 {
-		in := make([]runtime.Tensor, len(m.info.Inputs))
+		in := make([]tensor.Tensor, len(m.info.Inputs))
 		for i, ti := range m.info.Inputs {
 			dims := slices.Clone(ti.Dims)
 			for j := range dims {
@@ -498,7 +499,7 @@ func (b *bencher) loadModel(ctx context.Context, env *runtime.Env, cfg models.Mo
 					dims[j] = 1
 				}
 			}
-			t, err := randomTensor(runtime.TensorInfo{Name: ti.Name, DType: ti.DType, Dims: dims})
+			t, err := randomTensor(tensor.TensorInfo{Name: ti.Name, DType: ti.DType, Dims: dims})
 			if err != nil {
 				return m, fmt.Errorf("model %q: %w", cfg.Name, err)
 			}

@@ -17,6 +17,7 @@ import (
 	"github.com/inferq/inferq/results"
 	"github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/task"
+	"github.com/inferq/inferq/tensor"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 )
@@ -47,8 +48,8 @@ type benchModel struct {
 	cfg      models.Model
 	device   string
 	sessions []*runtime.Session
-	info     runtime.ModelInfo
-	inputs   [][]runtime.Tensor // random inputs, cycled
+	info     tensor.ModelInfo
+	inputs   [][]tensor.Tensor // random inputs, cycled
 	next     atomic.Uint64
 	check    outputCheck
 	// canned is a real result of the model, sent by the broker mode's
@@ -56,32 +57,32 @@ type benchModel struct {
 	canned, cannedBin []byte
 }
 
-func (m *benchModel) input() []runtime.Tensor {
+func (m *benchModel) input() []tensor.Tensor {
 	return m.inputs[int(m.next.Add(1)%uint64(len(m.inputs)))]
 }
 
 // outputCheck verifies a result: the model's outputs, one row each, with
 // the model's static dims, and rows of "probs" (mlp) summing to 1.
 type outputCheck struct {
-	outs []runtime.TensorInfo
+	outs []tensor.TensorInfo
 }
 
-func (c outputCheck) tensors(outs []runtime.Tensor) error {
+func (c outputCheck) tensors(outs []tensor.Tensor) error {
 	if len(outs) != len(c.outs) {
 		return fmt.Errorf("check: %d outputs, want %d", len(outs), len(c.outs))
 	}
 	for i, o := range outs {
 		want := c.outs[i]
 		if o.Name != want.Name || o.DType != want.DType || len(o.Shape) != len(want.Dims) {
-			return fmt.Errorf("check: output %d is %s %s %s, want %s", i, o.Name, o.DType, runtime.FormatShape(o.Shape), want)
+			return fmt.Errorf("check: output %d is %s %s %s, want %s", i, o.Name, o.DType, tensor.FormatShape(o.Shape), want)
 		}
 		for j, d := range want.Dims {
 			if (j == 0 && o.Shape[0] != 1) || (j > 0 && d >= 0 && o.Shape[j] != d) {
-				return fmt.Errorf("check: output %s has shape %s, want one row of %s", o.Name, runtime.FormatShape(o.Shape), runtime.FormatShape(want.Dims))
+				return fmt.Errorf("check: output %s has shape %s, want one row of %s", o.Name, tensor.FormatShape(o.Shape), tensor.FormatShape(want.Dims))
 			}
 		}
-		if o.Name == "probs" && o.DType == runtime.FP32 {
-			v, err := runtime.Values[float32](o)
+		if o.Name == "probs" && o.DType == tensor.FP32 {
+			v, err := tensor.Values[float32](o)
 			if err != nil {
 				return fmt.Errorf("check: output probs: %w", err)
 			}
@@ -283,7 +284,7 @@ func (p *producers) compatStarter(m *benchModel, queue string) starter {
 func (p *producers) starter(m *benchModel, opts []client.Option, collect func(wctx context.Context, c *client.Client, id string, fin func(error))) starter {
 	return func(ctx, wctx context.Context, pi, n int, fin func(error)) error {
 		c := p.clients[pi%len(p.clients)]
-		in := make([][]runtime.Tensor, n)
+		in := make([][]tensor.Tensor, n)
 		for i := range in {
 			in[i] = m.input()
 		}

@@ -14,8 +14,8 @@ import (
 	"github.com/inferq/inferq/broker/brokertest"
 	"github.com/inferq/inferq/models/examples"
 	"github.com/inferq/inferq/mq"
-	"github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/task"
+	"github.com/inferq/inferq/tensor"
 )
 
 // binaryRig runs the real inferq binary against an embedded broker, as a
@@ -106,7 +106,7 @@ func (r *binaryRig) send(ids []string, x0 []float32) {
 	for i, id := range ids {
 		x := make([]float32, 16)
 		x[0] = x0[i]
-		body, tags, err := task.NewTask(id, "mlp", []runtime.Tensor{runtime.NewTensor("x", []int64{1, 16}, x)}, task.WithReplyTo(r.reply))
+		body, tags, err := task.NewTask(id, "mlp", []tensor.Tensor{tensor.NewTensor("x", []int64{1, 16}, x)}, task.WithReplyTo(r.reply))
 		if err != nil {
 			r.t.Fatal(err)
 		}

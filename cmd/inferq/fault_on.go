@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/inferq/inferq/runtime"
+	"github.com/inferq/inferq/tensor"
 )
 
 // faultHook, in a binary built with -tags faultinject only, makes the
@@ -31,10 +32,10 @@ type crashRunner struct {
 
 func (c crashRunner) RunBatch(ctx context.Context, items []runtime.Item) []runtime.ItemResult {
 	for _, it := range items {
-		if len(it.Inputs) == 0 || it.Inputs[0].DType != runtime.FP32 {
+		if len(it.Inputs) == 0 || it.Inputs[0].DType != tensor.FP32 {
 			continue
 		}
-		if v, err := runtime.Values[float32](it.Inputs[0]); err == nil && len(v) > 0 && v[0] == c.marker {
+		if v, err := tensor.Values[float32](it.Inputs[0]); err == nil && len(v) > 0 && v[0] == c.marker {
 			syscall.Kill(os.Getpid(), syscall.SIGKILL)
 			select {}
 		}

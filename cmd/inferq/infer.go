@@ -22,16 +22,16 @@ import (
 	"github.com/inferq/inferq/client"
 	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/mq"
-	"github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/task"
+	"github.com/inferq/inferq/tensor"
 )
 
 // inferSignatures are the inputs of the example models, for --random:
 // the producer has no model file to read them from.
-var inferSignatures = map[string][]runtime.TensorInfo{
-	"mlp":       {{Name: "x", DType: runtime.FP32, Dims: []int64{1, 16}}},
-	"multitype": {{Name: "ids", DType: runtime.INT64, Dims: []int64{1, 8}}, {Name: "x", DType: runtime.FP32, Dims: []int64{1, 4}}},
-	"resnet18":  {{Name: "input", DType: runtime.FP32, Dims: []int64{1, 3, 224, 224}}},
+var inferSignatures = map[string][]tensor.TensorInfo{
+	"mlp":       {{Name: "x", DType: tensor.FP32, Dims: []int64{1, 16}}},
+	"multitype": {{Name: "ids", DType: tensor.INT64, Dims: []int64{1, 8}}, {Name: "x", DType: tensor.FP32, Dims: []int64{1, 4}}},
+	"resnet18":  {{Name: "input", DType: tensor.FP32, Dims: []int64{1, 3, 224, 224}}},
 }
 
 // inferBatch is how many tasks one EnqueueMany call builds and sends.
@@ -119,7 +119,7 @@ variables as inferq serve).`)
 	}
 	model := fs.Arg(0)
 	var (
-		inputs []runtime.Tensor
+		inputs []tensor.Tensor
 		err    error
 	)
 	if f.random {
@@ -173,7 +173,7 @@ func defaultIdentity() string {
 	}, h)
 }
 
-func (a *app) infer(ctx context.Context, model string, inputs []runtime.Tensor, f inferFlags) error {
+func (a *app) infer(ctx context.Context, model string, inputs []tensor.Tensor, f inferFlags) error {
 	var start time.Time // when the first batch was stored
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
@@ -240,7 +240,7 @@ func (a *app) infer(ctx context.Context, model string, inputs []runtime.Tensor, 
 		size += len(t.Data)
 	}
 	per := max(1, min(inferBatch, 32<<20/size))
-	batch := make([][]runtime.Tensor, 0, per)
+	batch := make([][]tensor.Tensor, 0, per)
 	for sent := 0; sent < f.n; sent += len(batch) {
 		batch = batch[:0]
 		for range min(per, f.n-sent) {
@@ -290,7 +290,7 @@ func (a *app) infer(ctx context.Context, model string, inputs []runtime.Tensor, 
 
 // inferSync sends f.n queries, f.conc at a time, and prints the result (n
 // = 1) or a summary.
-func (a *app) inferSync(ctx context.Context, c *client.Client, model, queue string, inputs []runtime.Tensor, f inferFlags) error {
+func (a *app) inferSync(ctx context.Context, c *client.Client, model, queue string, inputs []tensor.Tensor, f inferFlags) error {
 	var (
 		mu   sync.Mutex
 		lat  = make([]time.Duration, 0, f.n)
@@ -347,7 +347,7 @@ func (a *app) inferSync(ctx context.Context, c *client.Client, model, queue stri
 
 // inferFollow sends one task with id, prints its progress events as they
 // arrive, then its record.
-func (a *app) inferFollow(ctx context.Context, c *client.Client, model, queue string, inputs []runtime.Tensor, id string, progress <-chan task.Progress, f inferFlags) error {
+func (a *app) inferFollow(ctx context.Context, c *client.Client, model, queue string, inputs []tensor.Tensor, id string, progress <-chan task.Progress, f inferFlags) error {
 	out := a.stdout
 	if f.json {
 		out = a.stderr // stdout carries the JSON record
@@ -411,7 +411,7 @@ func (a *app) printRecord(rec *task.Record, lat time.Duration, asJSON bool) erro
 		fmt.Fprintf(a.stdout, "task %s: %s in %.1f ms\n", rec.TaskID, rec.Status, ms(lat))
 		if resp != nil {
 			for _, o := range resp.Outputs {
-				fmt.Fprintf(a.stdout, "  %s  %s  %s  %s\n", o.Name, o.DType, runtime.FormatShape(o.Shape), formatData(o.Tensor, 16))
+				fmt.Fprintf(a.stdout, "  %s  %s  %s  %s\n", o.Name, o.DType, tensor.FormatShape(o.Shape), formatData(o.Tensor, 16))
 			}
 		}
 		if rec.Error != "" {
@@ -476,7 +476,7 @@ func pct(sorted []time.Duration, q float64) time.Duration {
 }
 
 // formatData prints up to limit elements of t, and how many there are.
-func formatData(t runtime.Tensor, limit int) string {
+func formatData(t tensor.Tensor, limit int) string {
 	var vals []string
 	add := func(n int, f func(i int) string) {
 		for i := range min(n, limit) {
@@ -488,24 +488,24 @@ func formatData(t runtime.Tensor, limit int) string {
 	}
 	var err error
 	switch t.DType {
-	case runtime.FP32:
-		v, e := runtime.Values[float32](t)
+	case tensor.FP32:
+		v, e := tensor.Values[float32](t)
 		add(len(v), func(i int) string { return strconv.FormatFloat(float64(v[i]), 'g', -1, 32) })
 		err = e
-	case runtime.FP64:
-		v, e := runtime.Values[float64](t)
+	case tensor.FP64:
+		v, e := tensor.Values[float64](t)
 		add(len(v), func(i int) string { return strconv.FormatFloat(v[i], 'g', -1, 64) })
 		err = e
-	case runtime.FP16:
+	case tensor.FP16:
 		add(len(t.Data)/2, func(i int) string {
-			return strconv.FormatFloat(float64(halfToFloat(uint16(t.Data[2*i])|uint16(t.Data[2*i+1])<<8)), 'g', 5, 32)
+			return strconv.FormatFloat(float64(tensor.HalfToFloat32(uint16(t.Data[2*i])|uint16(t.Data[2*i+1])<<8)), 'g', 5, 32)
 		})
-	case runtime.BYTES:
-		v, e := runtime.BytesElements(t)
+	case tensor.BYTES:
+		v, e := tensor.BytesElements(t)
 		add(len(v), func(i int) string { return strconv.Quote(string(v[i])) })
 		err = e
-	case runtime.BOOL:
-		v, e := runtime.Values[bool](t)
+	case tensor.BOOL:
+		v, e := tensor.Values[bool](t)
 		add(len(v), func(i int) string { return strconv.FormatBool(v[i]) })
 		err = e
 	default:
@@ -519,7 +519,7 @@ func formatData(t runtime.Tensor, limit int) string {
 	return "[" + strings.Join(vals, " ") + "]"
 }
 
-func intValues(t runtime.Tensor) ([]string, error) {
+func intValues(t tensor.Tensor) ([]string, error) {
 	conv := func(n int, f func(i int) string) []string {
 		out := make([]string, n)
 		for i := range out {
@@ -528,55 +528,37 @@ func intValues(t runtime.Tensor) ([]string, error) {
 		return out
 	}
 	switch t.DType {
-	case runtime.INT8:
-		v, err := runtime.Values[int8](t)
+	case tensor.INT8:
+		v, err := tensor.Values[int8](t)
 		return conv(len(v), func(i int) string { return strconv.Itoa(int(v[i])) }), err
-	case runtime.INT16:
-		v, err := runtime.Values[int16](t)
+	case tensor.INT16:
+		v, err := tensor.Values[int16](t)
 		return conv(len(v), func(i int) string { return strconv.Itoa(int(v[i])) }), err
-	case runtime.INT32:
-		v, err := runtime.Values[int32](t)
+	case tensor.INT32:
+		v, err := tensor.Values[int32](t)
 		return conv(len(v), func(i int) string { return strconv.Itoa(int(v[i])) }), err
-	case runtime.INT64:
-		v, err := runtime.Values[int64](t)
+	case tensor.INT64:
+		v, err := tensor.Values[int64](t)
 		return conv(len(v), func(i int) string { return strconv.FormatInt(v[i], 10) }), err
-	case runtime.UINT8:
-		v, err := runtime.Values[uint8](t)
+	case tensor.UINT8:
+		v, err := tensor.Values[uint8](t)
 		return conv(len(v), func(i int) string { return strconv.FormatUint(uint64(v[i]), 10) }), err
-	case runtime.UINT16:
-		v, err := runtime.Values[uint16](t)
+	case tensor.UINT16:
+		v, err := tensor.Values[uint16](t)
 		return conv(len(v), func(i int) string { return strconv.FormatUint(uint64(v[i]), 10) }), err
-	case runtime.UINT32:
-		v, err := runtime.Values[uint32](t)
+	case tensor.UINT32:
+		v, err := tensor.Values[uint32](t)
 		return conv(len(v), func(i int) string { return strconv.FormatUint(uint64(v[i]), 10) }), err
-	case runtime.UINT64:
-		v, err := runtime.Values[uint64](t)
+	case tensor.UINT64:
+		v, err := tensor.Values[uint64](t)
 		return conv(len(v), func(i int) string { return strconv.FormatUint(v[i], 10) }), err
 	}
 	return nil, fmt.Errorf("datatype %s", t.DType)
 }
 
-// halfToFloat converts an IEEE 754 half to float32.
-func halfToFloat(h uint16) float32 {
-	sign := uint32(h>>15) << 31
-	exp := uint32(h>>10) & 0x1f
-	frac := uint32(h) & 0x3ff
-	switch {
-	case exp == 0: // zero or subnormal
-		f := float32(frac) / (1 << 24)
-		if sign != 0 {
-			f = -f
-		}
-		return f
-	case exp == 0x1f:
-		return math.Float32frombits(sign | 0xff<<23 | frac<<13)
-	}
-	return math.Float32frombits(sign | (exp+127-15)<<23 | frac<<13)
-}
-
 // randomInputs builds random tensors for model from --shape specs, else
 // from the built-in table.
-func randomInputs(model string, specs []string, dtype string) ([]runtime.Tensor, error) {
+func randomInputs(model string, specs []string, dtype string) ([]tensor.Tensor, error) {
 	sig := inferSignatures[model]
 	if len(specs) > 0 {
 		defName := "x"
@@ -596,7 +578,7 @@ func randomInputs(model string, specs []string, dtype string) ([]runtime.Tensor,
 		known := slices.Sorted(maps.Keys(inferSignatures))
 		return nil, usageErrorf("no built-in signature for model %q (known: %s): give its inputs with --shape NAME:DTYPE:DIMS", model, strings.Join(known, ", "))
 	}
-	out := make([]runtime.Tensor, len(sig))
+	out := make([]tensor.Tensor, len(sig))
 	for i, ti := range sig {
 		t, err := randomTensor(ti)
 		if err != nil {
@@ -609,9 +591,9 @@ func randomInputs(model string, specs []string, dtype string) ([]runtime.Tensor,
 
 // parseShapeSpec reads NAME:DTYPE:DIMS, NAME:DIMS or DIMS, DIMS as 1,16 or
 // 1x16.
-func parseShapeSpec(s, defName, defDType string) (runtime.TensorInfo, error) {
+func parseShapeSpec(s, defName, defDType string) (tensor.TensorInfo, error) {
 	parts := strings.Split(s, ":")
-	ti := runtime.TensorInfo{Name: defName}
+	ti := tensor.TensorInfo{Name: defName}
 	dt := defDType
 	switch len(parts) {
 	case 1:
@@ -622,7 +604,7 @@ func parseShapeSpec(s, defName, defDType string) (runtime.TensorInfo, error) {
 	default:
 		return ti, usageErrorf("--shape %q: want NAME:DTYPE:DIMS, NAME:DIMS or DIMS", s)
 	}
-	d, err := runtime.ParseDType(strings.ToUpper(dt))
+	d, err := tensor.ParseDType(strings.ToUpper(dt))
 	if err != nil {
 		return ti, usageErrorf("--shape %q: datatype %q: want BOOL, INT8..INT64, UINT8..UINT64, FP16, FP32 or FP64", s, dt)
 	}
@@ -646,45 +628,45 @@ func parseShapeSpec(s, defName, defDType string) (runtime.TensorInfo, error) {
 
 // randomTensor fills a tensor of ti with random values: floats in [0, 1),
 // integers in [0, 100), booleans.
-func randomTensor(ti runtime.TensorInfo) (runtime.Tensor, error) {
-	n := runtime.NumElements(ti.Dims)
+func randomTensor(ti tensor.TensorInfo) (tensor.Tensor, error) {
+	n := tensor.NumElements(ti.Dims)
 	if n < 0 || n > 1<<28 {
-		return runtime.Tensor{}, usageErrorf("input %s: shape %s too large", ti.Name, runtime.FormatShape(ti.Dims))
+		return tensor.Tensor{}, usageErrorf("input %s: shape %s too large", ti.Name, tensor.FormatShape(ti.Dims))
 	}
 	shape := slices.Clone(ti.Dims)
 	switch ti.DType {
-	case runtime.FP32:
-		return runtime.NewTensor(ti.Name, shape, fill(n, rand.Float32)), nil
-	case runtime.FP64:
-		return runtime.NewTensor(ti.Name, shape, fill(n, rand.Float64)), nil
-	case runtime.FP16:
+	case tensor.FP32:
+		return tensor.NewTensor(ti.Name, shape, fill(n, rand.Float32)), nil
+	case tensor.FP64:
+		return tensor.NewTensor(ti.Name, shape, fill(n, rand.Float64)), nil
+	case tensor.FP16:
 		data := make([]byte, 2*n)
 		for i := range n {
 			// halves in [0, 1): exponent 0..14 (biased), any mantissa
 			h := uint16(rand.IntN(15))<<10 | uint16(rand.IntN(1024))
 			data[2*i], data[2*i+1] = byte(h), byte(h>>8)
 		}
-		return runtime.Tensor{Name: ti.Name, DType: runtime.FP16, Shape: shape, Data: data}, nil
-	case runtime.BOOL:
-		return runtime.NewTensor(ti.Name, shape, fill(n, func() bool { return rand.IntN(2) == 1 })), nil
-	case runtime.INT8:
-		return runtime.NewTensor(ti.Name, shape, fill(n, func() int8 { return int8(rand.IntN(100)) })), nil
-	case runtime.INT16:
-		return runtime.NewTensor(ti.Name, shape, fill(n, func() int16 { return int16(rand.IntN(100)) })), nil
-	case runtime.INT32:
-		return runtime.NewTensor(ti.Name, shape, fill(n, func() int32 { return int32(rand.IntN(100)) })), nil
-	case runtime.INT64:
-		return runtime.NewTensor(ti.Name, shape, fill(n, func() int64 { return int64(rand.IntN(100)) })), nil
-	case runtime.UINT8:
-		return runtime.NewTensor(ti.Name, shape, fill(n, func() uint8 { return uint8(rand.IntN(100)) })), nil
-	case runtime.UINT16:
-		return runtime.NewTensor(ti.Name, shape, fill(n, func() uint16 { return uint16(rand.IntN(100)) })), nil
-	case runtime.UINT32:
-		return runtime.NewTensor(ti.Name, shape, fill(n, func() uint32 { return uint32(rand.IntN(100)) })), nil
-	case runtime.UINT64:
-		return runtime.NewTensor(ti.Name, shape, fill(n, func() uint64 { return uint64(rand.IntN(100)) })), nil
+		return tensor.Tensor{Name: ti.Name, DType: tensor.FP16, Shape: shape, Data: data}, nil
+	case tensor.BOOL:
+		return tensor.NewTensor(ti.Name, shape, fill(n, func() bool { return rand.IntN(2) == 1 })), nil
+	case tensor.INT8:
+		return tensor.NewTensor(ti.Name, shape, fill(n, func() int8 { return int8(rand.IntN(100)) })), nil
+	case tensor.INT16:
+		return tensor.NewTensor(ti.Name, shape, fill(n, func() int16 { return int16(rand.IntN(100)) })), nil
+	case tensor.INT32:
+		return tensor.NewTensor(ti.Name, shape, fill(n, func() int32 { return int32(rand.IntN(100)) })), nil
+	case tensor.INT64:
+		return tensor.NewTensor(ti.Name, shape, fill(n, func() int64 { return int64(rand.IntN(100)) })), nil
+	case tensor.UINT8:
+		return tensor.NewTensor(ti.Name, shape, fill(n, func() uint8 { return uint8(rand.IntN(100)) })), nil
+	case tensor.UINT16:
+		return tensor.NewTensor(ti.Name, shape, fill(n, func() uint16 { return uint16(rand.IntN(100)) })), nil
+	case tensor.UINT32:
+		return tensor.NewTensor(ti.Name, shape, fill(n, func() uint32 { return uint32(rand.IntN(100)) })), nil
+	case tensor.UINT64:
+		return tensor.NewTensor(ti.Name, shape, fill(n, func() uint64 { return uint64(rand.IntN(100)) })), nil
 	}
-	return runtime.Tensor{}, usageErrorf("input %s: --random cannot make %s data; use --input", ti.Name, ti.DType)
+	return tensor.Tensor{}, usageErrorf("input %s: --random cannot make %s data; use --input", ti.Name, ti.DType)
 }
 
 func fill[T any](n int64, f func() T) []T {
@@ -699,7 +681,7 @@ func fill[T any](n int64, f func() T) []T {
 // [...]} or the bare list. The tensor objects are those of a response's
 // outputs, so task's decoder reads them (nested or flat data, every
 // datatype, shape checks).
-func readInputs(path string) ([]runtime.Tensor, error) {
+func readInputs(path string) ([]tensor.Tensor, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, usageErrorf("--input: %v", err)

@@ -12,7 +12,7 @@ import (
 	"github.com/inferq/inferq/broker"
 	"github.com/inferq/inferq/broker/brokertest"
 	"github.com/inferq/inferq/client/clienttest"
-	"github.com/inferq/inferq/runtime"
+	"github.com/inferq/inferq/tensor"
 )
 
 func inferBroker(t *testing.T) *brokertest.Server {
@@ -46,7 +46,7 @@ func TestInferOneTask(t *testing.T) {
 
 func TestInferInputFileJSON(t *testing.T) {
 	srv := inferBroker(t)
-	clienttest.StartWorker(t, clienttest.Config{Address: srv.Addr, Model: clienttest.Echo(runtime.INT64, 3)})
+	clienttest.StartWorker(t, clienttest.Config{Address: srv.Addr, Model: clienttest.Echo(tensor.INT64, 3)})
 	file := filepath.Join(t.TempDir(), "in.json")
 	if err := os.WriteFile(file, []byte(`{"inputs":[{"name":"x","shape":[2,3],"datatype":"INT64","data":[[1,2,3],[4,5,6]]}]}`), 0o644); err != nil {
 		t.Fatal(err)

@@ -7,7 +7,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/inferq/inferq/models/examples"
-	"github.com/inferq/inferq/runtime"
+	"github.com/inferq/inferq/tensor"
 )
 
 const modelsHelp = `Work with ONNX model files.
@@ -57,8 +57,8 @@ func (a *app) inspectModel(ortLib, path string) error {
 	}
 	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "KIND\tNAME\tDATATYPE\tSHAPE")
-	row := func(kind string, t runtime.TensorInfo) {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", kind, t.Name, t.Datatype(), runtime.FormatShape(t.Dims))
+	row := func(kind string, t tensor.TensorInfo) {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", kind, t.Name, t.Datatype(), tensor.FormatShape(t.Dims))
 	}
 	for _, t := range info.Inputs {
 		row("input", t)

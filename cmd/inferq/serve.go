@@ -23,6 +23,7 @@ import (
 	"github.com/inferq/inferq/mq"
 	"github.com/inferq/inferq/results"
 	"github.com/inferq/inferq/runtime"
+	"github.com/inferq/inferq/tensor"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.opentelemetry.io/otel/attribute"
@@ -305,7 +306,7 @@ func serve(ctx context.Context, a *app, log *slog.Logger, c *models.Config, f se
 type loadedModel struct {
 	cfg       models.Model
 	placement runtime.Placement
-	info      runtime.ModelInfo
+	info      tensor.ModelInfo
 	sessions  []*runtime.Session
 	batcher   *runtime.Batcher
 }

@@ -1,4 +1,4 @@
-package runtime
+package tensor
 
 import (
 	"encoding/binary"
@@ -170,7 +170,7 @@ func NewBytesTensor(name string, shape []int64, elems [][]byte) Tensor {
 	}
 	data := make([]byte, 0, n)
 	for _, e := range elems {
-		data = appendBytesElement(data, e)
+		data = AppendBytesElement(data, e)
 	}
 	return Tensor{Name: name, DType: BYTES, Shape: append([]int64(nil), shape...), Data: data}
 }
@@ -182,7 +182,7 @@ func BytesElements(t Tensor) ([][]byte, error) {
 	}
 	var out [][]byte
 	for b := t.Data; len(b) > 0; {
-		e, rest, err := nextBytesElement(b)
+		e, rest, err := NextBytesElement(b)
 		if err != nil {
 			return nil, fmt.Errorf("tensor %q: %w", t.Name, err)
 		}
@@ -192,12 +192,15 @@ func BytesElements(t Tensor) ([][]byte, error) {
 	return out, nil
 }
 
-func appendBytesElement[S []byte | string](b []byte, e S) []byte {
+// AppendBytesElement appends one BYTES element (4-byte little-endian length,
+// then the bytes) to b.
+func AppendBytesElement[S []byte | string](b []byte, e S) []byte {
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(e)))
 	return append(b, e...)
 }
 
-func nextBytesElement(b []byte) (elem, rest []byte, err error) {
+// NextBytesElement splits the first BYTES element off b; elem aliases b.
+func NextBytesElement(b []byte) (elem, rest []byte, err error) {
 	if len(b) < 4 {
 		return nil, nil, fmt.Errorf("BYTES data: %d trailing bytes, want a 4-byte length", len(b))
 	}
@@ -211,7 +214,7 @@ func nextBytesElement(b []byte) (elem, rest []byte, err error) {
 func countBytesElements(b []byte) (int64, error) {
 	var n int64
 	for len(b) > 0 {
-		_, rest, err := nextBytesElement(b)
+		_, rest, err := NextBytesElement(b)
 		if err != nil {
 			return 0, err
 		}
@@ -221,8 +224,8 @@ func countBytesElements(b []byte) (int64, error) {
 	return n, nil
 }
 
-// asBytes views a slice of fixed-size elements as its bytes, without a copy.
-func asBytes[T Element](s []T) []byte {
+// AsBytes views a slice of fixed-size elements as its bytes, without a copy.
+func AsBytes[T Element](s []T) []byte {
 	if len(s) == 0 {
 		return nil
 	}
