@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	goruntime "runtime"
@@ -490,6 +491,7 @@ func (b *bencher) loadModel(ctx context.Context, env *runtime.Env, cfg models.Mo
 	m.device = strings.Join(labels, "+")
 	m.info = m.sessions[0].Info()
 	m.check = outputCheck{outs: m.info.Outputs}
+	r := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 	for range 8 {
 		in := make([]tensor.Tensor, len(m.info.Inputs))
 		for i, ti := range m.info.Inputs {
@@ -499,7 +501,7 @@ func (b *bencher) loadModel(ctx context.Context, env *runtime.Env, cfg models.Mo
 					dims[j] = 1
 				}
 			}
-			t, err := randomTensor(tensor.TensorInfo{Name: ti.Name, DType: ti.DType, Dims: dims})
+			t, err := tensor.Random(tensor.TensorInfo{Name: ti.Name, DType: ti.DType, Dims: dims}, r)
 			if err != nil {
 				return m, fmt.Errorf("model %q: %w", cfg.Name, err)
 			}

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -21,18 +20,11 @@ import (
 
 	"github.com/inferq/inferq/client"
 	"github.com/inferq/inferq/models"
+	"github.com/inferq/inferq/models/examples"
 	"github.com/inferq/inferq/mq"
 	"github.com/inferq/inferq/task"
 	"github.com/inferq/inferq/tensor"
 )
-
-// inferSignatures are the inputs of the example models, for --random:
-// the producer has no model file to read them from.
-var inferSignatures = map[string][]tensor.TensorInfo{
-	"mlp":       {{Name: "x", DType: tensor.FP32, Dims: []int64{1, 16}}},
-	"multitype": {{Name: "ids", DType: tensor.INT64, Dims: []int64{1, 8}}, {Name: "x", DType: tensor.FP32, Dims: []int64{1, 4}}},
-	"resnet18":  {{Name: "input", DType: tensor.FP32, Dims: []int64{1, 3, 224, 224}}},
-}
 
 // inferBatch is how many tasks one EnqueueMany call builds and sends.
 const inferBatch = 256
@@ -411,7 +403,7 @@ func (a *app) printRecord(rec *task.Record, lat time.Duration, asJSON bool) erro
 		fmt.Fprintf(a.stdout, "task %s: %s in %.1f ms\n", rec.TaskID, rec.Status, ms(lat))
 		if resp != nil {
 			for _, o := range resp.Outputs {
-				fmt.Fprintf(a.stdout, "  %s  %s  %s  %s\n", o.Name, o.DType, tensor.FormatShape(o.Shape), formatData(o.Tensor, 16))
+				fmt.Fprintf(a.stdout, "  %s  %s  %s  %s\n", o.Name, o.DType, tensor.FormatShape(o.Shape), tensor.FormatValues(o.Tensor, 16))
 			}
 		}
 		if rec.Error != "" {
@@ -475,91 +467,10 @@ func pct(sorted []time.Duration, q float64) time.Duration {
 	return sorted[min(max(i, 0), len(sorted)-1)]
 }
 
-// formatData prints up to limit elements of t, and how many there are.
-func formatData(t tensor.Tensor, limit int) string {
-	var vals []string
-	add := func(n int, f func(i int) string) {
-		for i := range min(n, limit) {
-			vals = append(vals, f(i))
-		}
-		if n > limit {
-			vals = append(vals, fmt.Sprintf("... (%d values)", n))
-		}
-	}
-	var err error
-	switch t.DType {
-	case tensor.FP32:
-		v, e := tensor.Values[float32](t)
-		add(len(v), func(i int) string { return strconv.FormatFloat(float64(v[i]), 'g', -1, 32) })
-		err = e
-	case tensor.FP64:
-		v, e := tensor.Values[float64](t)
-		add(len(v), func(i int) string { return strconv.FormatFloat(v[i], 'g', -1, 64) })
-		err = e
-	case tensor.FP16:
-		add(len(t.Data)/2, func(i int) string {
-			return strconv.FormatFloat(float64(tensor.HalfToFloat32(uint16(t.Data[2*i])|uint16(t.Data[2*i+1])<<8)), 'g', 5, 32)
-		})
-	case tensor.BYTES:
-		v, e := tensor.BytesElements(t)
-		add(len(v), func(i int) string { return strconv.Quote(string(v[i])) })
-		err = e
-	case tensor.BOOL:
-		v, e := tensor.Values[bool](t)
-		add(len(v), func(i int) string { return strconv.FormatBool(v[i]) })
-		err = e
-	default:
-		v, e := intValues(t)
-		add(len(v), func(i int) string { return v[i] })
-		err = e
-	}
-	if err != nil {
-		return fmt.Sprintf("(%v)", err)
-	}
-	return "[" + strings.Join(vals, " ") + "]"
-}
-
-func intValues(t tensor.Tensor) ([]string, error) {
-	conv := func(n int, f func(i int) string) []string {
-		out := make([]string, n)
-		for i := range out {
-			out[i] = f(i)
-		}
-		return out
-	}
-	switch t.DType {
-	case tensor.INT8:
-		v, err := tensor.Values[int8](t)
-		return conv(len(v), func(i int) string { return strconv.Itoa(int(v[i])) }), err
-	case tensor.INT16:
-		v, err := tensor.Values[int16](t)
-		return conv(len(v), func(i int) string { return strconv.Itoa(int(v[i])) }), err
-	case tensor.INT32:
-		v, err := tensor.Values[int32](t)
-		return conv(len(v), func(i int) string { return strconv.Itoa(int(v[i])) }), err
-	case tensor.INT64:
-		v, err := tensor.Values[int64](t)
-		return conv(len(v), func(i int) string { return strconv.FormatInt(v[i], 10) }), err
-	case tensor.UINT8:
-		v, err := tensor.Values[uint8](t)
-		return conv(len(v), func(i int) string { return strconv.FormatUint(uint64(v[i]), 10) }), err
-	case tensor.UINT16:
-		v, err := tensor.Values[uint16](t)
-		return conv(len(v), func(i int) string { return strconv.FormatUint(uint64(v[i]), 10) }), err
-	case tensor.UINT32:
-		v, err := tensor.Values[uint32](t)
-		return conv(len(v), func(i int) string { return strconv.FormatUint(uint64(v[i]), 10) }), err
-	case tensor.UINT64:
-		v, err := tensor.Values[uint64](t)
-		return conv(len(v), func(i int) string { return strconv.FormatUint(v[i], 10) }), err
-	}
-	return nil, fmt.Errorf("datatype %s", t.DType)
-}
-
 // randomInputs builds random tensors for model from --shape specs, else
 // from the built-in table.
 func randomInputs(model string, specs []string, dtype string) ([]tensor.Tensor, error) {
-	sig := inferSignatures[model]
+	sig, _ := examples.Inputs(model)
 	if len(specs) > 0 {
 		defName := "x"
 		if len(sig) == 1 {
@@ -575,106 +486,27 @@ func randomInputs(model string, specs []string, dtype string) ([]tensor.Tensor, 
 		}
 	}
 	if len(sig) == 0 {
-		known := slices.Sorted(maps.Keys(inferSignatures))
-		return nil, usageErrorf("no built-in signature for model %q (known: %s): give its inputs with --shape NAME:DTYPE:DIMS", model, strings.Join(known, ", "))
+		return nil, usageErrorf("no built-in signature for model %q (known: %s): give its inputs with --shape NAME:DTYPE:DIMS", model, strings.Join(examples.Names(), ", "))
 	}
+	r := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 	out := make([]tensor.Tensor, len(sig))
 	for i, ti := range sig {
-		t, err := randomTensor(ti)
+		t, err := tensor.Random(ti, r)
 		if err != nil {
-			return nil, err
+			return nil, usageErrorf("%v; use --input", err)
 		}
 		out[i] = t
 	}
 	return out, nil
 }
 
-// parseShapeSpec reads NAME:DTYPE:DIMS, NAME:DIMS or DIMS, DIMS as 1,16 or
-// 1x16.
+// parseShapeSpec reads a --shape value (see tensor.ParseSpec).
 func parseShapeSpec(s, defName, defDType string) (tensor.TensorInfo, error) {
-	parts := strings.Split(s, ":")
-	ti := tensor.TensorInfo{Name: defName}
-	dt := defDType
-	switch len(parts) {
-	case 1:
-	case 2:
-		ti.Name = parts[0]
-	case 3:
-		ti.Name, dt = parts[0], parts[1]
-	default:
-		return ti, usageErrorf("--shape %q: want NAME:DTYPE:DIMS, NAME:DIMS or DIMS", s)
-	}
-	d, err := tensor.ParseDType(strings.ToUpper(dt))
+	ti, err := tensor.ParseSpec(s, defName, defDType)
 	if err != nil {
-		return ti, usageErrorf("--shape %q: datatype %q: want BOOL, INT8..INT64, UINT8..UINT64, FP16, FP32 or FP64", s, dt)
-	}
-	ti.DType = d
-	dims := parts[len(parts)-1]
-	for _, f := range strings.FieldsFunc(dims, func(r rune) bool { return r == ',' || r == 'x' || r == 'X' }) {
-		n, err := strconv.ParseInt(strings.TrimSpace(f), 10, 64)
-		if err != nil || n < 1 {
-			return ti, usageErrorf("--shape %q: dim %q: want a positive integer", s, f)
-		}
-		ti.Dims = append(ti.Dims, n)
-	}
-	if len(ti.Dims) == 0 {
-		return ti, usageErrorf("--shape %q: no dims", s)
-	}
-	if ti.Name == "" {
-		return ti, usageErrorf("--shape %q: empty input name", s)
+		return ti, usageErrorf("--shape %q: %v", s, err)
 	}
 	return ti, nil
-}
-
-// randomTensor fills a tensor of ti with random values: floats in [0, 1),
-// integers in [0, 100), booleans.
-func randomTensor(ti tensor.TensorInfo) (tensor.Tensor, error) {
-	n := tensor.NumElements(ti.Dims)
-	if n < 0 || n > 1<<28 {
-		return tensor.Tensor{}, usageErrorf("input %s: shape %s too large", ti.Name, tensor.FormatShape(ti.Dims))
-	}
-	shape := slices.Clone(ti.Dims)
-	switch ti.DType {
-	case tensor.FP32:
-		return tensor.NewTensor(ti.Name, shape, fill(n, rand.Float32)), nil
-	case tensor.FP64:
-		return tensor.NewTensor(ti.Name, shape, fill(n, rand.Float64)), nil
-	case tensor.FP16:
-		data := make([]byte, 2*n)
-		for i := range n {
-			// halves in [0, 1): exponent 0..14 (biased), any mantissa
-			h := uint16(rand.IntN(15))<<10 | uint16(rand.IntN(1024))
-			data[2*i], data[2*i+1] = byte(h), byte(h>>8)
-		}
-		return tensor.Tensor{Name: ti.Name, DType: tensor.FP16, Shape: shape, Data: data}, nil
-	case tensor.BOOL:
-		return tensor.NewTensor(ti.Name, shape, fill(n, func() bool { return rand.IntN(2) == 1 })), nil
-	case tensor.INT8:
-		return tensor.NewTensor(ti.Name, shape, fill(n, func() int8 { return int8(rand.IntN(100)) })), nil
-	case tensor.INT16:
-		return tensor.NewTensor(ti.Name, shape, fill(n, func() int16 { return int16(rand.IntN(100)) })), nil
-	case tensor.INT32:
-		return tensor.NewTensor(ti.Name, shape, fill(n, func() int32 { return int32(rand.IntN(100)) })), nil
-	case tensor.INT64:
-		return tensor.NewTensor(ti.Name, shape, fill(n, func() int64 { return int64(rand.IntN(100)) })), nil
-	case tensor.UINT8:
-		return tensor.NewTensor(ti.Name, shape, fill(n, func() uint8 { return uint8(rand.IntN(100)) })), nil
-	case tensor.UINT16:
-		return tensor.NewTensor(ti.Name, shape, fill(n, func() uint16 { return uint16(rand.IntN(100)) })), nil
-	case tensor.UINT32:
-		return tensor.NewTensor(ti.Name, shape, fill(n, func() uint32 { return uint32(rand.IntN(100)) })), nil
-	case tensor.UINT64:
-		return tensor.NewTensor(ti.Name, shape, fill(n, func() uint64 { return uint64(rand.IntN(100)) })), nil
-	}
-	return tensor.Tensor{}, usageErrorf("input %s: --random cannot make %s data; use --input", ti.Name, ti.DType)
-}
-
-func fill[T any](n int64, f func() T) []T {
-	out := make([]T, n)
-	for i := range out {
-		out[i] = f()
-	}
-	return out
 }
 
 // readInputs reads an Open Inference Protocol request file: {"inputs":
