@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -18,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/inferq/inferq/bench"
 	"github.com/inferq/inferq/client"
 	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/models/examples"
@@ -384,7 +384,7 @@ func (a *app) printRecord(rec *task.Record, lat time.Duration, asJSON bool) erro
 			LatencyMS float64         `json:"latency_ms"`
 			Error     string          `json:"error,omitempty"`
 			Result    json.RawMessage `json:"result,omitempty"`
-		}{TaskID: rec.TaskID, Status: rec.Status, LatencyMS: ms(lat), Error: rec.Error}
+		}{TaskID: rec.TaskID, Status: rec.Status, LatencyMS: bench.Millis(lat), Error: rec.Error}
 		if resp != nil {
 			// Re-encode with every output as JSON data, binary ones included.
 			for i := range resp.Outputs {
@@ -400,7 +400,7 @@ func (a *app) printRecord(rec *task.Record, lat time.Duration, asJSON bool) erro
 			return err
 		}
 	} else {
-		fmt.Fprintf(a.stdout, "task %s: %s in %.1f ms\n", rec.TaskID, rec.Status, ms(lat))
+		fmt.Fprintf(a.stdout, "task %s: %s in %.1f ms\n", rec.TaskID, rec.Status, bench.Millis(lat))
 		if resp != nil {
 			for _, o := range resp.Outputs {
 				fmt.Fprintf(a.stdout, "  %s  %s  %s  %s\n", o.Name, o.DType, tensor.FormatShape(o.Shape), tensor.FormatValues(o.Tensor, 16))
@@ -435,14 +435,14 @@ func (a *app) printSummary(model, queue string, ids []string, recs map[string]*t
 		err := writeJSON(a.stdout, map[string]any{
 			"model": model, "queue": queue, "count": len(ids), "ok": ok, "failed": failed,
 			"seconds": elapsed.Seconds(), "tasks_per_second": rate,
-			"latency_p50_ms": ms(pct(lat, 0.50)), "latency_p99_ms": ms(pct(lat, 0.99)),
+			"latency_p50_ms": bench.Millis(bench.Quantile(lat, 0.50)), "latency_p99_ms": bench.Millis(bench.Quantile(lat, 0.99)),
 		})
 		if err != nil {
 			return err
 		}
 	} else {
 		fmt.Fprintf(a.stdout, "%d tasks to %s: %d ok, %d failed in %.2fs (%.1f tasks/s)\nlatency p50 %.1f ms, p99 %.1f ms\n",
-			len(ids), queue, ok, failed, elapsed.Seconds(), rate, ms(pct(lat, 0.50)), ms(pct(lat, 0.99)))
+			len(ids), queue, ok, failed, elapsed.Seconds(), rate, bench.Millis(bench.Quantile(lat, 0.50)), bench.Millis(bench.Quantile(lat, 0.99)))
 	}
 	if failed > 0 {
 		return fmt.Errorf("%d of %d tasks failed; first: %s", failed, len(ids), firstErr)
@@ -454,17 +454,6 @@ func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
-}
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-// pct returns the q-quantile of sorted (nearest rank).
-func pct(sorted []time.Duration, q float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(math.Ceil(q*float64(len(sorted)))) - 1
-	return sorted[min(max(i, 0), len(sorted)-1)]
 }
 
 // randomInputs builds random tensors for model from --shape specs, else

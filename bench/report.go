@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"encoding/json"
@@ -55,7 +55,7 @@ type benchRow struct {
 type benchReport struct {
 	b       *bencher
 	groups  []string // model/device, in run order
-	samples []benchSample
+	samples []Sample
 }
 
 func newBenchReport(b *bencher, busy, _ []*benchModel) *benchReport {
@@ -66,7 +66,7 @@ func newBenchReport(b *bencher, busy, _ []*benchModel) *benchReport {
 	return r
 }
 
-func (r *benchReport) add(s benchSample) { r.samples = append(r.samples, s) }
+func (r *benchReport) add(s Sample) { r.samples = append(r.samples, s) }
 
 // rows aggregates the samples, in run order, with the ratios filled in.
 func (r *benchReport) rows() []benchRow {
@@ -75,7 +75,7 @@ func (r *benchReport) rows() []benchRow {
 		bs                  int
 	}
 	var order []key
-	by := map[key][]benchSample{}
+	by := map[key][]Sample{}
 	for _, s := range r.samples {
 		k := key{s.Model, s.Device, s.Mode, s.BatchSize}
 		if _, ok := by[k]; !ok {
@@ -137,8 +137,8 @@ func (r *benchReport) rows() []benchRow {
 		if !batchBound(x.Mode) {
 			bs = -1 // against the best direct run
 		}
-		x.XDirect = ratio(x.TasksPerS, find(x.Model, x.Device, modeDirect, bs))
-		x.XBroker = ratio(x.TasksPerS, find(x.Model, x.Device, modeBroker, -1))
+		x.XDirect = ratio(x.TasksPerS, find(x.Model, x.Device, ModeDirect, bs))
+		x.XBroker = ratio(x.TasksPerS, find(x.Model, x.Device, ModeBroker, -1))
 	}
 	return rows
 }
@@ -170,17 +170,17 @@ func (r *benchReport) write(w io.Writer) error {
 	if !b.embedded {
 		where = "broker " + b.addr
 	}
-	load := fmt.Sprintf("%d producers x %d in flight, sends of %d", b.f.producers, b.f.inflight, b.f.sendBatch)
-	length := fmt.Sprintf("%v per sample after %v warm-up", b.f.duration, b.f.warmup)
-	if b.f.tasks > 0 {
-		length = fmt.Sprintf("%d tasks per sample after %v warm-up", b.f.tasks, b.f.warmup)
+	load := fmt.Sprintf("%d producers x %d in flight, sends of %d", b.cfg.Producers, b.cfg.Inflight, b.cfg.SendBatch)
+	length := fmt.Sprintf("%v per sample after %v warm-up", b.cfg.Duration, b.cfg.Warmup)
+	if b.cfg.Tasks > 0 {
+		length = fmt.Sprintf("%d tasks per sample after %v warm-up", b.cfg.Tasks, b.cfg.Warmup)
 	}
 	fmt.Fprintf(w, "inferq bench: %s, %s payload, %s, %s, %d repeat(s), %d server(s)\n",
-		where, b.f.payload, load, length, b.f.repeat, b.f.servers)
+		where, b.cfg.Payload, load, length, b.cfg.Repeat, b.cfg.Servers)
 	fmt.Fprintf(w, "machine: %d CPUs (%s), %s, %s/%s; CPU and RSS are this process's (server, producers%s); +rss: grown during the sample\n",
 		goruntime.NumCPU(), cpuModel(), fmtBytes(memTotal()), goruntime.GOOS, goruntime.GOARCH, map[bool]string{true: ", broker", false: ""}[b.embedded])
-	if len(b.f.idle) > 0 {
-		fmt.Fprintf(w, "idle models served beside the busy one: %s\n", strings.Join(b.f.idle, ", "))
+	if len(b.cfg.Idle) > 0 {
+		fmt.Fprintf(w, "idle models served beside the busy one: %s\n", strings.Join(b.cfg.Idle, ", "))
 	}
 	for _, g := range r.groups {
 		fmt.Fprintf(w, "\n%s\n", g)
@@ -230,18 +230,18 @@ func (r *benchReport) write(w io.Writer) error {
 	}
 
 	var errs []error
-	if b.f.jsonPath != "" {
-		if err := r.writeJSON(b.f.jsonPath, rows); err != nil {
+	if b.cfg.JSONPath != "" {
+		if err := r.writeJSON(b.cfg.JSONPath, rows); err != nil {
 			errs = append(errs, fmt.Errorf("--json: %w", err))
 		} else {
-			fmt.Fprintf(w, "\nsamples written to %s\n", b.f.jsonPath)
+			fmt.Fprintf(w, "\nsamples written to %s\n", b.cfg.JSONPath)
 		}
 	}
-	if b.f.plotPath != "" {
-		if err := r.plot(b.f.plotPath, rows); err != nil {
+	if b.cfg.PlotPath != "" {
+		if err := r.plot(b.cfg.PlotPath, rows); err != nil {
 			errs = append(errs, fmt.Errorf("--plot: %w", err))
 		} else {
-			fmt.Fprintf(w, "plot written to %s\n", b.f.plotPath)
+			fmt.Fprintf(w, "plot written to %s\n", b.cfg.PlotPath)
 		}
 	}
 
@@ -289,8 +289,8 @@ func (r *benchReport) ratiosLine(rows []benchRow, g string) []string {
 		}
 		return v, bs
 	}
-	q, qbs := best(modeQueue)
-	ad, _ := best(modeAdapter)
+	q, qbs := best(ModeQueue)
+	ad, _ := best(ModeAdapter)
 	if math.IsNaN(q) || math.IsNaN(ad) {
 		return nil
 	}
@@ -317,12 +317,12 @@ func (r *benchReport) targets(rows []benchRow) []string {
 		}
 		return best
 	}
-	light := r.b.f.producers*r.b.f.inflight == 1
-	if q := get("mlp", modeQueue, -1); q != nil {
+	light := r.b.cfg.Producers*r.b.cfg.Inflight == 1
+	if q := get("mlp", ModeQueue, -1); q != nil {
 		if !light {
 			out = append(out, fmt.Sprintf("mlp queue >= 15000 tasks/s: %.0f at b=%d on %s: %s", q.TasksPerS, q.BatchSize, q.Device, verdict(q.TasksPerS >= 15000)))
 		}
-		if ad := get("mlp", modeAdapter, -1); ad != nil && !light {
+		if ad := get("mlp", ModeAdapter, -1); ad != nil && !light {
 			x := q.TasksPerS / ad.TasksPerS
 			out = append(out, fmt.Sprintf("mlp queue >= 25x adapter: %.1fx: %s", x, verdict(x >= 25)))
 		}
@@ -334,7 +334,7 @@ func (r *benchReport) targets(rows []benchRow) []string {
 	}
 	if r.b.plan.binary {
 		for _, x := range rows {
-			if x.Model == "resnet18" && x.Mode == modeQueue && !math.IsNaN(x.XDirect) {
+			if x.Model == "resnet18" && x.Mode == ModeQueue && !math.IsNaN(x.XDirect) {
 				out = append(out, fmt.Sprintf("resnet18 queue (binary) >= 0.9x direct: %.2fx at b=%d on %s: %s", x.XDirect, x.BatchSize, x.Device, verdict(x.XDirect >= 0.9)))
 			}
 		}
@@ -355,7 +355,7 @@ type benchJSON struct {
 	Machine map[string]any `json:"machine"`
 	Params  map[string]any `json:"params"`
 	Rows    []jsonRow      `json:"rows"`
-	Samples []benchSample  `json:"samples"`
+	Samples []Sample       `json:"samples"`
 }
 
 // jsonRow is a benchRow whose NaNs (no such ratio) are nulls.
@@ -385,10 +385,10 @@ func (r *benchReport) writeJSON(path string, rows []benchRow) error {
 		Started: time.Now(),
 		Machine: map[string]any{"cpus": goruntime.NumCPU(), "cpu_model": cpuModel(), "memory_bytes": memTotal(),
 			"os": goruntime.GOOS, "arch": goruntime.GOARCH, "go": goruntime.Version()},
-		Params: map[string]any{"broker": b.addr, "embedded_broker": b.embedded, "modes": b.plan.modes, "models": b.f.models,
-			"idle_models": b.f.idle, "payload": b.f.payload, "producers": b.f.producers, "inflight": b.f.inflight,
-			"send_batch": b.f.sendBatch, "duration_s": b.f.duration.Seconds(), "tasks": b.f.tasks, "warmup_s": b.f.warmup.Seconds(),
-			"repeat": b.f.repeat, "servers": b.f.servers, "adapter_max_tasks": b.f.adapterMax},
+		Params: map[string]any{"broker": b.addr, "embedded_broker": b.embedded, "modes": b.plan.modes, "models": b.cfg.Models,
+			"idle_models": b.cfg.Idle, "payload": b.cfg.Payload, "producers": b.cfg.Producers, "inflight": b.cfg.Inflight,
+			"send_batch": b.cfg.SendBatch, "duration_s": b.cfg.Duration.Seconds(), "tasks": b.cfg.Tasks, "warmup_s": b.cfg.Warmup.Seconds(),
+			"repeat": b.cfg.Repeat, "servers": b.cfg.Servers, "adapter_max_tasks": b.cfg.AdapterMax},
 		Samples: r.samples,
 	}
 	for _, x := range rows {

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bufio"
@@ -12,8 +12,8 @@ import (
 	"time"
 )
 
-// latencyStats summarises the latencies of one sample, in milliseconds.
-type latencyStats struct {
+// LatencyStats summarises the latencies of one sample, in milliseconds.
+type LatencyStats struct {
 	P50  float64 `json:"p50"`
 	P95  float64 `json:"p95"`
 	P99  float64 `json:"p99"`
@@ -23,18 +23,18 @@ type latencyStats struct {
 
 // summarize sorts lat in place and returns its percentiles (nearest rank,
 // as inferq infer reports them) and mean.
-func summarize(lat []time.Duration) latencyStats {
+func summarize(lat []time.Duration) LatencyStats {
 	if len(lat) == 0 {
-		return latencyStats{}
+		return LatencyStats{}
 	}
 	slices.Sort(lat)
 	var sum time.Duration
 	for _, d := range lat {
 		sum += d
 	}
-	return latencyStats{
-		P50: ms(pct(lat, 0.50)), P95: ms(pct(lat, 0.95)), P99: ms(pct(lat, 0.99)),
-		Mean: ms(sum / time.Duration(len(lat))), Max: ms(lat[len(lat)-1]),
+	return LatencyStats{
+		P50: Millis(Quantile(lat, 0.50)), P95: Millis(Quantile(lat, 0.95)), P99: Millis(Quantile(lat, 0.99)),
+		Mean: Millis(sum / time.Duration(len(lat))), Max: Millis(lat[len(lat)-1]),
 	}
 }
 
@@ -71,8 +71,8 @@ func ratio(a, b float64) float64 {
 	return a / b
 }
 
-// usage is the process's CPU time and RSS over one measured phase.
-type usage struct {
+// Usage is the process's CPU time and RSS over one measured phase.
+type Usage struct {
 	// CPUCores is CPU seconds (user + system) per wall second: 2.0 is two
 	// cores busy all the time.
 	CPUCores float64 `json:"cpu_cores"`
@@ -130,12 +130,12 @@ func (r *resourceSampler) sample() {
 	r.samples++
 }
 
-func (r *resourceSampler) stop() usage {
+func (r *resourceSampler) stop() Usage {
 	close(r.done)
 	r.wg.Wait()
 	r.sample()
 	wall := time.Since(r.start)
-	u := usage{RSSMax: r.max, RSSMean: r.sum / r.samples, RSSStart: r.first}
+	u := Usage{RSSMax: r.max, RSSMean: r.sum / r.samples, RSSStart: r.first}
 	if wall > 0 {
 		u.CPUCores = (processCPU() - r.cpu0).Seconds() / wall.Seconds()
 	}
@@ -202,4 +202,17 @@ func memTotal() uint64 {
 		}
 	}
 	return 0
+}
+
+// Millis is d in milliseconds, to the microsecond.
+func Millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// Quantile returns the q-quantile of sorted (nearest rank), 0 for none.
+// `inferq infer` reports its percentiles with it too.
+func Quantile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
 }

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -14,29 +14,16 @@ import (
 	"github.com/inferq/inferq/consumer"
 	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/mq"
-	"github.com/inferq/inferq/results"
 	"github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/task"
 	"github.com/inferq/inferq/tensor"
-	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/sync/errgroup"
+	"github.com/inferq/inferq/worker"
 )
-
-// The modes of inferq bench.
-const (
-	modeDirect  = "direct"
-	modeBroker  = "broker"
-	modeQueue   = "queue"
-	modeQuery   = "query"
-	modeAdapter = "adapter"
-)
-
-var allModes = []string{modeDirect, modeBroker, modeQueue, modeQuery, modeAdapter}
 
 // batchBound reports whether a mode runs through a batcher whose
 // max_batch_size --batch-sizes sweeps; the others run once per repeat.
 func batchBound(mode string) bool {
-	return mode == modeDirect || mode == modeQueue || mode == modeQuery
+	return mode == ModeDirect || mode == ModeQueue || mode == ModeQuery
 }
 
 // errQueryUnavailable: nothing answers sync queries on the model's queue.
@@ -126,32 +113,21 @@ func (c *batchCounter) ObserveBatch(s runtime.BatchStats) {
 	c.rows.Add(int64(s.Rows))
 }
 
-// newBatcher builds a batcher for m with max_batch_size bs over its
-// sessions, counting into bc.
+// newBatcher builds a batcher for m with max_batch_size bs and the given
+// concurrency over its sessions, counting into bc (nil: not counted).
 func newBatcher(m *benchModel, bs, concurrency int, bc *batchCounter, log *slog.Logger) (*runtime.Batcher, error) {
 	runners := make([]runtime.Runner, len(m.sessions))
 	for i, s := range m.sessions {
 		runners[i] = s
 	}
-	pol := runtime.BatchPolicy{MaxBatchSize: bs, MaxQueueDelay: m.cfg.Batching.MaxQueueDelay.D()}
-	for _, p := range m.cfg.Batching.PreferredBatchSizes {
-		if p <= bs {
-			pol.PreferredBatchSizes = append(pol.PreferredBatchSizes, p)
-		}
-	}
-	var obs runtime.BatchObserver = nopObserver{}
+	cfg := m.cfg
+	cfg.Batching.MaxBatchSize, cfg.Concurrency = bs, concurrency
+	var obs runtime.BatchObserver
 	if bc != nil {
 		obs = bc
 	}
-	return runtime.NewBatcher(runtime.BatcherConfig{
-		Name: m.cfg.Name, Policy: pol, Runners: runners, Concurrency: concurrency, Observer: obs, Logger: log,
-	})
+	return worker.NewBatcher(cfg, runners, obs, log)
 }
-
-type nopObserver struct{}
-
-func (nopObserver) ObserveQueueWait(time.Duration)    {}
-func (nopObserver) ObserveBatch(s runtime.BatchStats) {}
 
 // sampleRun is one mode set up for one sample.
 type sampleRun struct {
@@ -375,7 +351,7 @@ func (w *brokerWorker) close() error {
 	return errors.Join(err, w.conn.Close())
 }
 
-// serverSpec is an in-process inferq server: serve's pieces (mq, results,
+// serverSpec is an in-process inferq server: worker.Worker (mq, results,
 // consumer, runtime batchers) over the bench's sessions.
 type serverSpec struct {
 	addr     string
@@ -395,7 +371,7 @@ type serverSpec struct {
 type benchServer struct {
 	counter *batchCounter
 	stops   []func() error
-	srvs    []*consumer.Server
+	workers []*worker.Worker
 }
 
 func startServers(ctx context.Context, spec serverSpec) (*benchServer, error) {
@@ -410,8 +386,8 @@ func startServers(ctx context.Context, spec serverSpec) (*benchServer, error) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		ready := true
-		for _, s := range bs.srvs {
-			ready = ready && s.Ready()
+		for _, w := range bs.workers {
+			ready = ready && w.Ready()
 		}
 		if ready {
 			return bs, nil
@@ -424,82 +400,52 @@ func startServers(ctx context.Context, spec serverSpec) (*benchServer, error) {
 	}
 }
 
+// startOne starts server i of spec: the busy model (counted) and the idle
+// ones, each with batchers of its own over the shared sessions.
 func (bs *benchServer) startOne(spec serverSpec, i int) error {
-	log := spec.log
-	conn, err := mq.Dial(context.Background(), mq.Config{Address: spec.addr, ClientID: fmt.Sprintf("%s-s%d", spec.clientID, i), Logger: log})
-	if err != nil {
-		return err
+	cfg := worker.Config{
+		Broker: mq.Config{Address: spec.addr, ClientID: fmt.Sprintf("%s-s%d", spec.clientID, i)},
+		Consumer: consumer.Config{Worker: "bench", IntakeWorkers: 2, Writers: 128, PollMaxItems: 128,
+			DrainTimeout: 5 * time.Second},
+		Logger: spec.log,
 	}
-	store, err := results.New(results.Config{Broker: consumer.ResultsBroker(conn), Logger: log})
-	if err != nil {
-		_ = conn.Close()
-		return err
-	}
-	met, err := consumer.NewMetrics(prometheus.NewRegistry())
-	if err != nil {
-		_ = conn.Close()
-		return err
-	}
-	var cms []consumer.Model
-	var batchers []*runtime.Batcher
-	add := func(m *benchModel, queue string, bsize, conc int, bc *batchCounter) error {
-		b, err := newBatcher(m, bsize, conc, bc, log)
-		if err != nil {
-			return err
-		}
-		cfg := m.cfg
-		cfg.Queue, cfg.DLQQueue, cfg.UnprocessableQueue = queue, queue+".dlq", queue+".unprocessable"
-		cfg.Batching.MaxBatchSize, cfg.Concurrency = bsize, conc
-		cms = append(cms, consumer.Model{Config: cfg, Info: m.info, Batcher: b})
-		batchers = append(batchers, b)
-		return nil
-	}
-	conc := spec.busy.cfg.Concurrency
-	bsize := spec.bs
+	conc, bsize := spec.busy.cfg.Concurrency, spec.bs
 	if spec.adapter {
 		conc, bsize = 1, 1
+		cfg.Consumer.IntakeWorkers, cfg.Consumer.Writers, cfg.Consumer.PollMaxItems, cfg.Consumer.MaxInFlight = 1, 1, 1, 1
 	}
-	if err := add(spec.busy, spec.queue, bsize, conc, bs.counter); err != nil {
-		_ = conn.Close()
+	if err := addModel(&cfg, spec.busy, spec.queue, bsize, conc, bs.counter); err != nil {
 		return err
 	}
 	for _, m := range spec.idle {
-		if err := add(m, spec.queue+".idle."+m.cfg.Name, m.cfg.Batching.MaxBatchSize, m.cfg.Concurrency, nil); err != nil {
-			_ = conn.Close()
+		if err := addModel(&cfg, m, spec.queue+".idle."+m.cfg.Name, m.cfg.Batching.MaxBatchSize, m.cfg.Concurrency, nil); err != nil {
 			return err
 		}
 	}
-	ccfg := consumer.Config{
-		Broker: conn, Store: store, Models: cms, Metrics: met, Logger: log, Worker: "bench",
-		IntakeWorkers: 2, Writers: 128, PollMaxItems: 128, DrainTimeout: 5 * time.Second,
-	}
-	if spec.adapter {
-		ccfg.IntakeWorkers, ccfg.Writers, ccfg.PollMaxItems, ccfg.MaxInFlight = 1, 1, 1, 1
-	}
-	srv, err := consumer.New(ccfg)
+	w, err := worker.New(context.Background(), cfg)
 	if err != nil {
-		_ = conn.Close()
 		return err
 	}
-	back, stopBack := context.WithCancel(context.Background())
-	sctx, stopSrv := context.WithCancel(context.Background())
-	var bg errgroup.Group
-	for _, b := range batchers {
-		bg.Go(func() error { return b.Run(back) })
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	bs.workers = append(bs.workers, w)
+	bs.stops = append(bs.stops, func() error { stop(); return <-done })
+	return nil
+}
+
+// addModel serves m on queue (and its .dlq and .unprocessable) in cfg,
+// with a batcher of max_batch_size bsize and concurrency conc.
+func addModel(cfg *worker.Config, m *benchModel, queue string, bsize, conc int, bc *batchCounter) error {
+	b, err := newBatcher(m, bsize, conc, bc, cfg.Logger)
+	if err != nil {
+		return err
 	}
-	bg.Go(func() error { return store.Run(back) })
-	srvDone := make(chan error, 1)
-	go func() { srvDone <- srv.Run(sctx) }()
-	bs.srvs = append(bs.srvs, srv)
-	bs.stops = append(bs.stops, func() error {
-		stopSrv()
-		err := <-srvDone
-		stopBack()
-		err = errors.Join(err, bg.Wait())
-		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		return errors.Join(err, store.Close(cctx), conn.Close())
-	})
+	mc := m.cfg
+	mc.Queue, mc.DLQQueue, mc.UnprocessableQueue = queue, queue+".dlq", queue+".unprocessable"
+	mc.Batching.MaxBatchSize, mc.Concurrency = bsize, conc
+	cfg.Models = append(cfg.Models, consumer.Model{Config: mc, Info: m.info, Batcher: b})
+	cfg.Batchers = append(cfg.Batchers, b)
 	return nil
 }
 

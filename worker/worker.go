@@ -1,0 +1,284 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"time"
+
+	"github.com/inferq/inferq/consumer"
+	"github.com/inferq/inferq/models"
+	"github.com/inferq/inferq/mq"
+	"github.com/inferq/inferq/results"
+	"github.com/inferq/inferq/runtime"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+)
+
+// flushTimeout bounds the HTTP shutdown and the result spool's flush after
+// the consumer stopped.
+const flushTimeout = 10 * time.Second
+
+// Config is one worker: a broker connection, the models it consumes and
+// the settings of its consumer, result store and HTTP handler.
+type Config struct {
+	// Broker is the connection every part shares.
+	Broker mq.Config
+	// Models are consumed, each from its configured queue. The result
+	// store takes the first model's result.channel_prefix and
+	// result.expiry for all (a warning names the models that differ) and
+	// the largest max_result_bytes.
+	Models []consumer.Model
+	// Batchers run from Run's start until the consumer has drained.
+	Batchers []*runtime.Batcher
+	// DataDir holds the result spool (results/) and the attempt journal
+	// (journal/); "" keeps both in memory.
+	DataDir string
+	// Consumer holds the consumer's settings; New sets its Broker, Store,
+	// Models, Journal and Logger, and its Metrics when nil (on Registry).
+	Consumer consumer.Config
+	// Registry receives the result store's metrics and is served on
+	// /metrics; nil: a private one.
+	Registry *prometheus.Registry
+	// HTTPListen, when set, is the address of the HTTP handler (health,
+	// metrics, task lookup, Open Inference Protocol).
+	HTTPListen string
+	// Devices maps each model to its devices, for /v1/models.
+	Devices map[string][]string
+	Logger  *slog.Logger
+}
+
+// Worker is one assembled inferq worker. Build it with New and call Run
+// once: Run releases everything New acquired.
+type Worker struct {
+	cfg     Config
+	log     *slog.Logger
+	conn    *mq.Conn
+	store   *results.Store
+	journal *consumer.Journal
+	srv     *consumer.Server
+	lis     net.Listener
+	hs      *http.Server
+}
+
+// New dials the broker and builds the result store, the journal, the
+// consumer and, with HTTPListen, the HTTP listener. On error it releases
+// what it built.
+func New(ctx context.Context, cfg Config) (w *Worker, err error) {
+	if len(cfg.Models) == 0 {
+		return nil, errors.New("worker: no models")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+	}
+	w = &Worker{cfg: cfg, log: cfg.Logger}
+	defer func() {
+		if err != nil {
+			w.release()
+		}
+	}()
+	for _, step := range []func(context.Context) error{w.dial, w.openStore, w.openJournal, w.newConsumer, w.listen} {
+		if err := step(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return w, nil
+}
+
+func (w *Worker) dial(ctx context.Context) error {
+	bc := w.cfg.Broker
+	bc.Logger = w.log.With("component", "mq")
+	conn, err := mq.Dial(context.WithoutCancel(ctx), bc)
+	if err != nil {
+		return fmt.Errorf("broker %s: %w", bc.Address, err)
+	}
+	w.conn = conn
+	w.log.Info("broker client started; consuming starts when the broker answers", "addr", bc.Address)
+	return nil
+}
+
+// openStore builds the one result store every model shares.
+func (w *Worker) openStore(context.Context) error {
+	r := resultSettings(w.cfg.Models, w.log)
+	dir := ""
+	if w.cfg.DataDir != "" {
+		dir = filepath.Join(w.cfg.DataDir, "results")
+	}
+	store, err := results.New(results.Config{
+		Broker: consumer.ResultsBroker(w.conn), Logger: w.log.With("component", "results"), DataDir: dir,
+		ResultPrefix: r.ChannelPrefix, Expiry: r.Expiry.D(), MaxResultBytes: r.MaxResultBytes,
+	})
+	if err != nil {
+		return fmt.Errorf("result store: %w", err)
+	}
+	w.store = store
+	return w.registerStoreMetrics()
+}
+
+// resultSettings applies "the first model's result settings win": one
+// store serves every model, so its compat channel prefix and expiry are
+// the first model's; each model's max_result_bytes is applied by the
+// consumer (it gives the store a substitute), the store's is the largest.
+func resultSettings(ms []consumer.Model, log *slog.Logger) models.Result {
+	r0 := ms[0].Config.Result
+	for _, m := range ms[1:] {
+		if m.Config.Result.ChannelPrefix != r0.ChannelPrefix || m.Config.Result.Expiry != r0.Expiry {
+			log.Warn("models differ in result.channel_prefix or result.expiry; the first model's are used for all", "model", m.Config.Name)
+		}
+		r0.MaxResultBytes = max(r0.MaxResultBytes, m.Config.Result.MaxResultBytes)
+	}
+	return r0
+}
+
+func (w *Worker) registerStoreMetrics() error {
+	store := w.store
+	err := w.cfg.Registry.Register(prometheus.NewCounterFunc(
+		prometheus.CounterOpts{Name: "inferq_result_store_retries_total", Help: "Broker writes of result records that were retried."},
+		func() float64 { return float64(store.Stats().Retries) }))
+	if err == nil {
+		err = w.cfg.Registry.Register(prometheus.NewGaugeFunc(
+			prometheus.GaugeOpts{Name: "inferq_result_spool_entries", Help: "Result records waiting in the spool for the broker."},
+			func() float64 { return float64(store.Stats().Pending) }))
+	}
+	if err != nil {
+		return fmt.Errorf("result store metrics: %w", err)
+	}
+	return nil
+}
+
+func (w *Worker) openJournal(context.Context) error {
+	dir := ""
+	if w.cfg.DataDir != "" {
+		dir = filepath.Join(w.cfg.DataDir, "journal")
+	}
+	j, err := consumer.OpenJournal(dir)
+	if err != nil {
+		return err
+	}
+	w.journal = j
+	return nil
+}
+
+func (w *Worker) newConsumer(context.Context) error {
+	cc := w.cfg.Consumer
+	cc.Broker, cc.Store, cc.Models, cc.Journal = w.conn, w.store, w.cfg.Models, w.journal
+	cc.Logger = w.log.With("component", "consumer")
+	if cc.Metrics == nil {
+		met, err := consumer.NewMetrics(w.cfg.Registry)
+		if err != nil {
+			return fmt.Errorf("consumer metrics: %w", err)
+		}
+		cc.Metrics = met
+	}
+	srv, err := consumer.New(cc)
+	if err != nil {
+		return err
+	}
+	w.srv = srv
+	return nil
+}
+
+func (w *Worker) listen(context.Context) error {
+	if w.cfg.HTTPListen == "" {
+		return nil
+	}
+	lis, err := net.Listen("tcp", w.cfg.HTTPListen)
+	if err != nil {
+		return fmt.Errorf("http: listen on %s: %w", w.cfg.HTTPListen, err)
+	}
+	w.lis = lis
+	w.hs = &http.Server{ReadHeaderTimeout: 10 * time.Second,
+		Handler: consumer.Handler(consumer.HTTPConfig{Server: w.srv, Gatherer: w.cfg.Registry, Devices: w.cfg.Devices})}
+	w.log.Info("http listening", "addr", lis.Addr().String())
+	return nil
+}
+
+// Ready reports whether every queue's poller reached the broker.
+func (w *Worker) Ready() bool { return w.srv.Ready() }
+
+// Inflight is the number of tasks taken and not yet settled.
+func (w *Worker) Inflight() int64 { return w.srv.Inflight() }
+
+// Addr is the HTTP listener's address, nil without one.
+func (w *Worker) Addr() net.Addr {
+	if w.lis == nil {
+		return nil
+	}
+	return w.lis.Addr()
+}
+
+// Run consumes until ctx ends, then lets taken tasks finish (the
+// consumer's DrainTimeout), stops the batchers and the HTTP server, flushes
+// the result spool and closes the journal and the connection. Batchers and
+// the store outlive ctx: what was taken must still run and be stored
+// during the drain.
+func (w *Worker) Run(ctx context.Context) error {
+	back, stopBack := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBack()
+	var bg errgroup.Group
+	w.startBackground(back, &bg)
+	runErr := w.srv.Run(ctx)
+	w.log.Info("consumer stopped; flushing", "inflight", w.srv.Inflight())
+	stopBack()
+	return errors.Join(runErr, w.shutdown(&bg))
+}
+
+func (w *Worker) startBackground(ctx context.Context, bg *errgroup.Group) {
+	for _, b := range w.cfg.Batchers {
+		bg.Go(func() error { return b.Run(ctx) })
+	}
+	bg.Go(func() error { return w.store.Run(ctx) })
+	if w.hs != nil {
+		bg.Go(w.serveHTTP)
+	}
+}
+
+func (w *Worker) serveHTTP() error {
+	if err := w.hs.Serve(w.lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("http: %w", err)
+	}
+	return nil
+}
+
+// shutdown stops the HTTP server, waits for the background parts, flushes
+// the store and releases the rest.
+func (w *Worker) shutdown(bg *errgroup.Group) error {
+	ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
+	defer cancel()
+	if w.hs != nil {
+		_ = w.hs.Shutdown(ctx)
+		w.lis = nil // closed by Shutdown
+	}
+	err := bg.Wait()
+	if ferr := w.store.Close(ctx); ferr != nil {
+		w.log.Error("result spool flush incomplete", "err", ferr)
+		err = errors.Join(err, ferr)
+	}
+	w.store = nil
+	w.release()
+	w.log.Info("stopped")
+	return err
+}
+
+// release closes what is still open.
+func (w *Worker) release() {
+	if w.lis != nil {
+		_ = w.lis.Close()
+	}
+	if w.store != nil {
+		_ = w.store.Close(context.Background())
+	}
+	if w.journal != nil {
+		_ = w.journal.Close()
+	}
+	if w.conn != nil {
+		_ = w.conn.Close()
+	}
+}
