@@ -112,119 +112,153 @@ func (c *collector) done(sent time.Time, err error) {
 func drive(ctx context.Context, spec loadSpec, start starter) loadResult {
 	spec.producers, spec.window, spec.chunk = max(spec.producers, 1), max(spec.window, 1), max(spec.chunk, 1)
 	t0 := time.Now()
-	col := &collector{progress: spec.progress}
-	stopSend := make(chan struct{})
-	var stopOnce sync.Once
-	stop := func() { stopOnce.Do(func() { close(stopSend) }) }
+	d := &driver{spec: spec, start: start, ctx: ctx, col: &collector{progress: spec.progress}, stopSend: make(chan struct{})}
 	if spec.tasks <= 0 {
-		col.deadline = t0.Add(spec.duration)
-		tm := time.AfterFunc(spec.duration, stop)
+		d.col.deadline = t0.Add(spec.duration)
+		tm := time.AfterFunc(spec.duration, d.stop)
 		defer tm.Stop()
 	}
-	unwatch := context.AfterFunc(ctx, stop)
+	unwatch := context.AfterFunc(ctx, d.stop)
 	defer unwatch()
 	wctx, cancelWait := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWait()
-
-	var (
-		budget      atomic.Int64
-		sent        atomic.Int64
-		sendErrs    atomic.Int64
-		outstanding sync.WaitGroup
-		producers   sync.WaitGroup
-	)
-	limit := spec.tasks
-	if limit <= 0 {
-		limit = spec.maxTasks
+	d.wctx = wctx
+	d.limit = spec.tasks
+	if d.limit <= 0 {
+		d.limit = spec.maxTasks
 	}
-	budget.Store(int64(limit))
-	var capped atomic.Bool
-	take := func(n int) int { // with a task count: take up to n from the budget
-		if limit <= 0 {
-			return n
-		}
-		for {
-			left := budget.Load()
-			k := min(int64(n), left)
-			if k <= 0 {
-				capped.Store(true)
-				return 0
-			}
-			if budget.CompareAndSwap(left, left-k) {
-				return int(k)
-			}
-		}
-	}
+	d.budget.Store(int64(d.limit))
+	var producers sync.WaitGroup
 	for p := range spec.producers {
-		producers.Add(1)
-		go func() {
-			defer producers.Done()
-			sem := make(chan struct{}, spec.window)
-			for {
-				select { // one slot, blocking
-				case sem <- struct{}{}:
-				case <-stopSend:
-					return
-				}
-				n := 1
-			grab:
-				for n < spec.chunk { // more, without waiting
-					select {
-					case sem <- struct{}{}:
-						n++
-					default:
-						break grab
-					}
-				}
-				k := take(n)
-				for range n - k {
-					<-sem
-				}
-				if k == 0 {
-					return
-				}
-				select {
-				case <-stopSend:
-					for range k {
-						<-sem
-					}
-					return
-				default:
-				}
-				at := time.Now()
-				outstanding.Add(k)
-				err := start(ctx, wctx, p, k, func(err error) {
-					col.done(at, err)
-					<-sem
-					outstanding.Done()
-				})
-				if err != nil {
-					sendErrs.Add(int64(k))
-					col.mu.Lock()
-					if len(col.first) < 5 {
-						col.first = append(col.first, fmt.Sprintf("send: %v", err))
-					}
-					col.mu.Unlock()
-					for range k {
-						<-sem
-						outstanding.Done()
-					}
-					if ctx.Err() != nil {
-						return
-					}
-					continue
-				}
-				sent.Add(int64(k))
-			}
-		}()
+		producers.Go(func() { d.produce(p) })
 	}
 	producers.Wait()
-	stop()
+	d.stop()
 	sendEnd := time.Now()
+	d.drain(cancelWait)
+	return d.result(t0, sendEnd)
+}
 
+// driver is the state of one drive: the producers share it.
+type driver struct {
+	spec      loadSpec
+	start     starter
+	ctx, wctx context.Context // ctx ends the sending, wctx the waiting
+	col       *collector
+	stopSend  chan struct{}
+	stopOnce  sync.Once
+	// limit is the task budget (0: none); budget is what is left of it,
+	// capped is set once it ran out.
+	limit       int
+	budget      atomic.Int64
+	capped      atomic.Bool
+	sent        atomic.Int64
+	sendErrs    atomic.Int64
+	outstanding sync.WaitGroup
+}
+
+// stop ends the sending; it may be called any number of times.
+func (d *driver) stop() { d.stopOnce.Do(func() { close(d.stopSend) }) }
+
+// take takes up to n tasks from the budget (all n without one).
+func (d *driver) take(n int) int {
+	if d.limit <= 0 {
+		return n
+	}
+	for {
+		left := d.budget.Load()
+		k := min(int64(n), left)
+		if k <= 0 {
+			d.capped.Store(true)
+			return 0
+		}
+		if d.budget.CompareAndSwap(left, left-k) {
+			return int(k)
+		}
+	}
+}
+
+// produce is producer p: it keeps up to spec.window tasks in flight,
+// sending what is free up to spec.chunk at a time, until the sending stops.
+func (d *driver) produce(p int) {
+	sem := make(chan struct{}, d.spec.window)
+	for {
+		k, ok := d.acquire(sem)
+		if !ok || !d.send(p, k, sem) {
+			return
+		}
+	}
+}
+
+// acquire waits for one free slot in sem, takes up to spec.chunk without
+// waiting, and returns how many tasks to send; false: stop producing.
+func (d *driver) acquire(sem chan struct{}) (int, bool) {
+	select { // one slot, blocking
+	case sem <- struct{}{}:
+	case <-d.stopSend:
+		return 0, false
+	}
+	n := 1
+grab:
+	for n < d.spec.chunk { // more, without waiting
+		select {
+		case sem <- struct{}{}:
+			n++
+		default:
+			break grab
+		}
+	}
+	k := d.take(n)
+	for range n - k {
+		<-sem
+	}
+	if k == 0 {
+		return 0, false
+	}
+	select {
+	case <-d.stopSend:
+		for range k {
+			<-sem
+		}
+		return 0, false
+	default:
+	}
+	return k, true
+}
+
+// send starts k tasks of producer p; each frees its slot in sem when done.
+// A failed send counts its tasks as errors; false: stop producing.
+func (d *driver) send(p, k int, sem chan struct{}) bool {
+	at := time.Now()
+	d.outstanding.Add(k)
+	err := d.start(d.ctx, d.wctx, p, k, func(err error) {
+		d.col.done(at, err)
+		<-sem
+		d.outstanding.Done()
+	})
+	if err == nil {
+		d.sent.Add(int64(k))
+		return true
+	}
+	d.sendErrs.Add(int64(k))
+	d.col.mu.Lock()
+	if len(d.col.first) < 5 {
+		d.col.first = append(d.col.first, fmt.Sprintf("send: %v", err))
+	}
+	d.col.mu.Unlock()
+	for range k {
+		<-sem
+		d.outstanding.Done()
+	}
+	return d.ctx.Err() == nil
+}
+
+// drain waits spec.drain for the tasks still out, then gives them up:
+// cancelWait makes their collectors report them lost.
+func (d *driver) drain(cancelWait context.CancelFunc) {
 	all := make(chan struct{})
-	go func() { outstanding.Wait(); close(all) }()
-	tm := time.NewTimer(spec.drain)
+	go func() { d.outstanding.Wait(); close(all) }()
+	tm := time.NewTimer(d.spec.drain)
 	select {
 	case <-all:
 		tm.Stop()
@@ -232,14 +266,19 @@ func drive(ctx context.Context, spec loadSpec, start starter) loadResult {
 		cancelWait() // the rest are lost
 		<-all
 	}
+}
 
+// result is what the drive measured, the sending having run from t0 to
+// sendEnd.
+func (d *driver) result(t0, sendEnd time.Time) loadResult {
+	col := d.col
 	col.mu.Lock()
 	defer col.mu.Unlock()
 	res := loadResult{
-		Sent: int(sent.Load()), OK: col.ok, Errors: col.errs + int(sendErrs.Load()), Lost: col.lost,
+		Sent: int(d.sent.Load()), OK: col.ok, Errors: col.errs + int(d.sendErrs.Load()), Lost: col.lost,
 		LatencySum: col.sum, LatencyMax: col.max, Latencies: col.lat, FirstErrors: col.first,
 	}
-	if spec.tasks <= 0 && !capped.Load() {
+	if d.spec.tasks <= 0 && !d.capped.Load() {
 		res.Seconds = earlier(sendEnd, col.deadline).Sub(t0).Seconds()
 		if res.Seconds > 0 {
 			res.TasksPerSec = float64(col.inWindow) / res.Seconds

@@ -94,32 +94,43 @@ func (r *benchReport) rows() []benchRow {
 	})
 	rows := make([]benchRow, 0, len(order))
 	for _, k := range order {
-		ss := by[k]
-		row := benchRow{Model: k.model, Device: k.device, Mode: k.mode, BatchSize: k.bs}
-		var tps, p50, p95, p99, fill, cpu []float64
-		for _, s := range ss {
-			row.OK, row.Errors, row.Lost = row.OK+s.OK, row.Errors+s.Errors, row.Lost+s.Lost
-			if s.Unavailable != "" {
-				row.Unavailable = s.Unavailable
-				continue
-			}
-			row.Samples++
-			tps = append(tps, s.TasksPerS)
-			p50, p95, p99 = append(p50, s.Latency.P50), append(p95, s.Latency.P95), append(p99, s.Latency.P99)
-			if s.Batches > 0 {
-				fill = append(fill, s.MeanBatch)
-			}
-			cpu = append(cpu, s.Usage.CPUCores)
-			row.RSSMax = max(row.RSSMax, s.Usage.RSSMax)
-			if s.Usage.RSSMax > s.Usage.RSSStart {
-				row.RSSGrowth = max(row.RSSGrowth, s.Usage.RSSMax-s.Usage.RSSStart)
-			}
-		}
-		row.TasksPerS, row.Spread = median(tps), spread(tps)
-		row.P50, row.P95, row.P99 = median(p50), median(p95), median(p99)
-		row.MeanBatch, row.CPUCores = median(fill), median(cpu)
-		rows = append(rows, row)
+		rows = append(rows, summarizeRow(benchRow{Model: k.model, Device: k.device, Mode: k.mode, BatchSize: k.bs}, by[k]))
 	}
+	setRatios(rows)
+	return rows
+}
+
+// summarizeRow fills row from its samples: sums of the counts, medians
+// of the rates, latencies, fill and CPU, the largest RSS.
+func summarizeRow(row benchRow, ss []Sample) benchRow {
+	var tps, p50, p95, p99, fill, cpu []float64
+	for _, s := range ss {
+		row.OK, row.Errors, row.Lost = row.OK+s.OK, row.Errors+s.Errors, row.Lost+s.Lost
+		if s.Unavailable != "" {
+			row.Unavailable = s.Unavailable
+			continue
+		}
+		row.Samples++
+		tps = append(tps, s.TasksPerS)
+		p50, p95, p99 = append(p50, s.Latency.P50), append(p95, s.Latency.P95), append(p99, s.Latency.P99)
+		if s.Batches > 0 {
+			fill = append(fill, s.MeanBatch)
+		}
+		cpu = append(cpu, s.Usage.CPUCores)
+		row.RSSMax = max(row.RSSMax, s.Usage.RSSMax)
+		if s.Usage.RSSMax > s.Usage.RSSStart {
+			row.RSSGrowth = max(row.RSSGrowth, s.Usage.RSSMax-s.Usage.RSSStart)
+		}
+	}
+	row.TasksPerS, row.Spread = median(tps), spread(tps)
+	row.P50, row.P95, row.P99 = median(p50), median(p95), median(p99)
+	row.MeanBatch, row.CPUCores = median(fill), median(cpu)
+	return row
+}
+
+// setRatios sets each row's rate against direct (same batch size, or the
+// best direct run for the modes without a batcher) and against broker.
+func setRatios(rows []benchRow) {
 	find := func(model, device, mode string, bs int) float64 {
 		best := math.NaN()
 		for _, x := range rows {
@@ -140,7 +151,6 @@ func (r *benchReport) rows() []benchRow {
 		x.XDirect = ratio(x.TasksPerS, find(x.Model, x.Device, ModeDirect, bs))
 		x.XBroker = ratio(x.TasksPerS, find(x.Model, x.Device, ModeBroker, -1))
 	}
-	return rows
 }
 
 func fnum(v float64, prec int) string {
@@ -165,6 +175,24 @@ func frate(v float64) string {
 // failed its check, or a mode could not run.
 func (r *benchReport) write(w io.Writer) error {
 	rows := r.rows()
+	r.writeHeader(w)
+	for _, g := range r.groups {
+		if err := r.writeGroup(w, rows, g); err != nil {
+			return err
+		}
+	}
+	if t := r.targets(rows); len(t) > 0 {
+		fmt.Fprintf(w, "\ntargets (issue 7; stated for this 2-core machine and the embedded broker):\n")
+		for _, line := range t {
+			fmt.Fprintf(w, "  %s\n", line)
+		}
+	}
+	errs := r.writeFiles(w, rows)
+	return errors.Join(append(errs, r.verdict(w))...)
+}
+
+// writeHeader prints the run's parameters and the machine.
+func (r *benchReport) writeHeader(w io.Writer) {
 	b := r.b
 	where := "embedded broker (in process)"
 	if !b.embedded {
@@ -182,69 +210,79 @@ func (r *benchReport) write(w io.Writer) error {
 	if len(b.cfg.Idle) > 0 {
 		fmt.Fprintf(w, "idle models served beside the busy one: %s\n", strings.Join(b.cfg.Idle, ", "))
 	}
-	for _, g := range r.groups {
-		fmt.Fprintf(w, "\n%s\n", g)
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "mode\tbatch\ttasks/s\tspread\tp50 ms\tp95 ms\tp99 ms\tfill\tcpu\trss MiB\t+rss\tx direct\tx broker\tok\terrors\tlost\t")
-		for _, x := range rows {
-			if x.Model+"/"+x.Device != g {
-				continue
-			}
-			batch := "-"
-			if x.BatchSize > 0 {
-				batch = fmt.Sprint(x.BatchSize)
-			}
-			if x.Unavailable != "" {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t\t\t\t\t\t\t\t\t\t\t\t\t\t\n", x.Mode, batch, "n/a")
-				continue
-			}
-			fill := "-"
-			if !math.IsNaN(x.MeanBatch) && x.BatchSize > 0 {
-				fill = fmt.Sprintf("%.1f/%d", x.MeanBatch, x.BatchSize)
-			}
-			sp := "-"
-			if x.Samples > 1 {
-				sp = fmt.Sprintf("±%.0f%%", 50*x.Spread)
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%.0f\t%s\t%s\t%d\t%d\t%d\t\n",
-				x.Mode, batch, frate(x.TasksPerS), sp, fnum(x.P50, 2), fnum(x.P95, 2), fnum(x.P99, 2), fill,
-				fnum(x.CPUCores, 2), float64(x.RSSMax)/(1<<20), float64(x.RSSGrowth)/(1<<20), fnum(x.XDirect, 2), fnum(x.XBroker, 2), x.OK, x.Errors, x.Lost)
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
-		for _, x := range rows {
-			if x.Model+"/"+x.Device == g && x.Unavailable != "" {
-				fmt.Fprintf(w, "  %s: %s\n", x.Mode, x.Unavailable)
-			}
-		}
-		for _, line := range r.ratiosLine(rows, g) {
-			fmt.Fprintf(w, "  %s\n", line)
-		}
-	}
-	if t := r.targets(rows); len(t) > 0 {
-		fmt.Fprintf(w, "\ntargets (issue 7; stated for this 2-core machine and the embedded broker):\n")
-		for _, line := range t {
-			fmt.Fprintf(w, "  %s\n", line)
-		}
-	}
+}
 
+// writeGroup prints the table of one model/device group, why its
+// unavailable modes did not run, and its ratios.
+func (r *benchReport) writeGroup(w io.Writer, rows []benchRow, g string) error {
+	fmt.Fprintf(w, "\n%s\n", g)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "mode\tbatch\ttasks/s\tspread\tp50 ms\tp95 ms\tp99 ms\tfill\tcpu\trss MiB\t+rss\tx direct\tx broker\tok\terrors\tlost\t")
+	for _, x := range rows {
+		if x.Model+"/"+x.Device == g {
+			writeRow(tw, x)
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, x := range rows {
+		if x.Model+"/"+x.Device == g && x.Unavailable != "" {
+			fmt.Fprintf(w, "  %s: %s\n", x.Mode, x.Unavailable)
+		}
+	}
+	for _, line := range r.ratiosLine(rows, g) {
+		fmt.Fprintf(w, "  %s\n", line)
+	}
+	return nil
+}
+
+// writeRow prints one row of a group's table.
+func writeRow(tw io.Writer, x benchRow) {
+	batch := "-"
+	if x.BatchSize > 0 {
+		batch = fmt.Sprint(x.BatchSize)
+	}
+	if x.Unavailable != "" {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t\t\t\t\t\t\t\t\t\t\t\t\t\t\n", x.Mode, batch, "n/a")
+		return
+	}
+	fill := "-"
+	if !math.IsNaN(x.MeanBatch) && x.BatchSize > 0 {
+		fill = fmt.Sprintf("%.1f/%d", x.MeanBatch, x.BatchSize)
+	}
+	sp := "-"
+	if x.Samples > 1 {
+		sp = fmt.Sprintf("±%.0f%%", 50*x.Spread)
+	}
+	fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%.0f\t%s\t%s\t%d\t%d\t%d\t\n",
+		x.Mode, batch, frate(x.TasksPerS), sp, fnum(x.P50, 2), fnum(x.P95, 2), fnum(x.P99, 2), fill,
+		fnum(x.CPUCores, 2), float64(x.RSSMax)/(1<<20), float64(x.RSSGrowth)/(1<<20), fnum(x.XDirect, 2), fnum(x.XBroker, 2), x.OK, x.Errors, x.Lost)
+}
+
+// writeFiles writes the JSON file and the plot when asked for.
+func (r *benchReport) writeFiles(w io.Writer, rows []benchRow) []error {
 	var errs []error
-	if b.cfg.JSONPath != "" {
-		if err := r.writeJSON(b.cfg.JSONPath, rows); err != nil {
+	if p := r.b.cfg.JSONPath; p != "" {
+		if err := r.writeJSON(p, rows); err != nil {
 			errs = append(errs, fmt.Errorf("--json: %w", err))
 		} else {
-			fmt.Fprintf(w, "\nsamples written to %s\n", b.cfg.JSONPath)
+			fmt.Fprintf(w, "\nsamples written to %s\n", p)
 		}
 	}
-	if b.cfg.PlotPath != "" {
-		if err := r.plot(b.cfg.PlotPath, rows); err != nil {
+	if p := r.b.cfg.PlotPath; p != "" {
+		if err := r.plot(p, rows); err != nil {
 			errs = append(errs, fmt.Errorf("--plot: %w", err))
 		} else {
-			fmt.Fprintf(w, "plot written to %s\n", b.cfg.PlotPath)
+			fmt.Fprintf(w, "plot written to %s\n", p)
 		}
 	}
+	return errs
+}
 
+// verdict prints the last line (OK, INCOMPLETE or FAIL) and returns the
+// run's error.
+func (r *benchReport) verdict(w io.Writer) error {
 	ok, bad, lost, sent := 0, 0, 0, 0
 	var firstErr, unavailable string
 	var lostIn []string
@@ -264,17 +302,16 @@ func (r *benchReport) write(w io.Writer) error {
 	switch {
 	case lost > 0:
 		fmt.Fprintf(w, "FAIL: %d of %d tasks LOST (%s); %d verified, %d errors\n", lost, sent, strings.Join(lostIn, ", "), ok, bad)
-		errs = append(errs, fmt.Errorf("%d tasks lost", lost))
+		return fmt.Errorf("%d tasks lost", lost)
 	case bad > 0:
 		fmt.Fprintf(w, "FAIL: %d tasks failed or failed their check (first: %s); %d verified, 0 lost\n", bad, firstErr, ok)
-		errs = append(errs, fmt.Errorf("%d tasks failed", bad))
+		return fmt.Errorf("%d tasks failed", bad)
 	case unavailable != "":
 		fmt.Fprintf(w, "INCOMPLETE: %s; %d results verified, 0 errors, 0 lost\n", unavailable, ok)
-		errs = append(errs, errors.New("a mode could not run"))
-	default:
-		fmt.Fprintf(w, "OK: %d results verified (task id, SUCCESS, output shape, mlp probabilities sum to 1), 0 errors, 0 lost\n", ok)
+		return errors.New("a mode could not run")
 	}
-	return errors.Join(errs...)
+	fmt.Fprintf(w, "OK: %d results verified (task id, SUCCESS, output shape, mlp probabilities sum to 1), 0 errors, 0 lost\n", ok)
+	return nil
 }
 
 // ratiosLine states queue against adapter for a group, the comparison
@@ -427,43 +464,14 @@ func (r *benchReport) plot(path string, rows []benchRow) error {
 		p.Legend.Top, p.Legend.Left = true, true
 		p.Add(plotter.NewGrid())
 	}
-	var sizes []float64
-	for _, x := range rows {
-		if batchBound(x.Mode) && !slices.Contains(sizes, float64(x.BatchSize)) {
-			sizes = append(sizes, float64(x.BatchSize))
-		}
-	}
-	slices.Sort(sizes)
-	lo, hi := 1.0, 64.0
-	if len(sizes) > 0 {
-		lo, hi = sizes[0], sizes[len(sizes)-1]
-	}
-	if lo == hi {
-		lo, hi = lo/2, hi*2
-	}
-	var ticks []plot.Tick
-	for _, s := range sizes {
-		ticks = append(ticks, plot.Tick{Value: s, Label: fmt.Sprint(s)})
-	}
+	lo, hi, ticks := batchAxis(rows)
 	if len(ticks) > 0 {
 		tp.X.Tick.Marker, lp.X.Tick.Marker = plot.ConstantTicks(ticks), plot.ConstantTicks(ticks)
 	}
 	series := 0
 	for _, g := range r.groups {
 		for _, mode := range allModes {
-			var tps, p99 plotter.XYs
-			for _, x := range rows {
-				if x.Model+"/"+x.Device != g || x.Mode != mode || math.IsNaN(x.TasksPerS) || x.TasksPerS <= 0 {
-					continue
-				}
-				if batchBound(mode) {
-					tps = append(tps, plotter.XY{X: float64(x.BatchSize), Y: x.TasksPerS})
-					p99 = append(p99, plotter.XY{X: float64(x.BatchSize), Y: max(x.P99, 0.01)})
-				} else {
-					tps = append(tps, plotter.XY{X: lo, Y: x.TasksPerS}, plotter.XY{X: hi, Y: x.TasksPerS})
-					p99 = append(p99, plotter.XY{X: lo, Y: max(x.P99, 0.01)}, plotter.XY{X: hi, Y: max(x.P99, 0.01)})
-				}
-			}
+			tps, p99 := modeLine(rows, g, mode, lo, hi)
 			if len(tps) == 0 {
 				continue
 			}
@@ -472,20 +480,9 @@ func (r *benchReport) plot(path string, rows []benchRow) error {
 				name = g + " " + mode
 			}
 			for i, pl := range []*plot.Plot{tp, lp} {
-				xys := []plotter.XYs{tps, p99}[i]
-				l, s, err := plotter.NewLinePoints(xys)
-				if err != nil {
+				if err := addLine(pl, []plotter.XYs{tps, p99}[i], name, series, batchBound(mode)); err != nil {
 					return err
 				}
-				c := plotutil.Color(series)
-				l.Color, s.Color = c, c
-				s.Shape = plotutil.Shape(series)
-				if !batchBound(mode) {
-					l.Dashes = []vg.Length{vg.Points(6), vg.Points(3)}
-					s.Radius = 0
-				}
-				pl.Add(l, s)
-				pl.Legend.Add(name, l, s)
 			}
 			series++
 		}
@@ -494,6 +491,70 @@ func (r *benchReport) plot(path string, rows []benchRow) error {
 		p.Y.Max *= 4 // room for the legend above the lines
 		p.Y.Min /= 1.5
 	}
+	return savePNG(path, tp, lp)
+}
+
+// batchAxis returns the x range and ticks: the swept batch sizes.
+func batchAxis(rows []benchRow) (lo, hi float64, ticks []plot.Tick) {
+	var sizes []float64
+	for _, x := range rows {
+		if batchBound(x.Mode) && !slices.Contains(sizes, float64(x.BatchSize)) {
+			sizes = append(sizes, float64(x.BatchSize))
+		}
+	}
+	slices.Sort(sizes)
+	lo, hi = 1.0, 64.0
+	if len(sizes) > 0 {
+		lo, hi = sizes[0], sizes[len(sizes)-1]
+	}
+	if lo == hi {
+		lo, hi = lo/2, hi*2
+	}
+	for _, s := range sizes {
+		ticks = append(ticks, plot.Tick{Value: s, Label: fmt.Sprint(s)})
+	}
+	return lo, hi, ticks
+}
+
+// modeLine returns the throughput and p99 points of one group's mode: one
+// per batch size, or a flat line from lo to hi for a mode without a batcher.
+func modeLine(rows []benchRow, g, mode string, lo, hi float64) (tps, p99 plotter.XYs) {
+	for _, x := range rows {
+		if x.Model+"/"+x.Device != g || x.Mode != mode || math.IsNaN(x.TasksPerS) || x.TasksPerS <= 0 {
+			continue
+		}
+		if batchBound(mode) {
+			tps = append(tps, plotter.XY{X: float64(x.BatchSize), Y: x.TasksPerS})
+			p99 = append(p99, plotter.XY{X: float64(x.BatchSize), Y: max(x.P99, 0.01)})
+		} else {
+			tps = append(tps, plotter.XY{X: lo, Y: x.TasksPerS}, plotter.XY{X: hi, Y: x.TasksPerS})
+			p99 = append(p99, plotter.XY{X: lo, Y: max(x.P99, 0.01)}, plotter.XY{X: hi, Y: max(x.P99, 0.01)})
+		}
+	}
+	return tps, p99
+}
+
+// addLine draws xys on pl in the series' color and shape, dashed when
+// the mode has no batcher.
+func addLine(pl *plot.Plot, xys plotter.XYs, name string, series int, batched bool) error {
+	l, s, err := plotter.NewLinePoints(xys)
+	if err != nil {
+		return err
+	}
+	c := plotutil.Color(series)
+	l.Color, s.Color = c, c
+	s.Shape = plotutil.Shape(series)
+	if !batched {
+		l.Dashes = []vg.Length{vg.Points(6), vg.Points(3)}
+		s.Radius = 0
+	}
+	pl.Add(l, s)
+	pl.Legend.Add(name, l, s)
+	return nil
+}
+
+// savePNG draws the two panels side by side into path.
+func savePNG(path string, tp, lp *plot.Plot) error {
 	img := vgimg.New(vg.Points(900), vg.Points(420))
 	dc := draw.New(img)
 	tiles := draw.Tiles{Rows: 1, Cols: 2, PadX: vg.Points(20), PadY: vg.Points(10), PadTop: vg.Points(10), PadBottom: vg.Points(10), PadLeft: vg.Points(10), PadRight: vg.Points(10)}

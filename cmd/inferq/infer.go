@@ -24,6 +24,7 @@ import (
 	"github.com/inferq/inferq/mq"
 	"github.com/inferq/inferq/task"
 	"github.com/inferq/inferq/tensor"
+	"github.com/spf13/pflag"
 )
 
 // inferBatch is how many tasks one EnqueueMany call builds and sends.
@@ -72,6 +73,30 @@ The broker address comes from --broker, else INFERQ_BROKER_ADDRESS, else
 KUBEMQ_ADDRESS, else 127.0.0.1:50000 (auth token and TLS from the same
 variables as inferq serve).`)
 	var f inferFlags
+	f.register(fs)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := f.check(fs); err != nil {
+		return err
+	}
+	model := fs.Arg(0)
+	var (
+		inputs []tensor.Tensor
+		err    error
+	)
+	if f.random {
+		inputs, err = randomInputs(model, f.shapes, f.dtype)
+	} else {
+		inputs, err = readInputs(f.input)
+	}
+	if err != nil {
+		return err
+	}
+	return a.infer(ctx, model, inputs, f)
+}
+
+func (f *inferFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.input, "input", "", "Open Inference Protocol JSON file {\"inputs\":[...]} with the task's inputs")
 	fs.BoolVar(&f.random, "random", false, "random inputs from the model's signature (built in for mlp, multitype, resnet18; else --shape)")
 	fs.StringArrayVar(&f.shapes, "shape", nil, "with --random: an input as NAME:DTYPE:DIMS (x:FP32:1,16), NAME:DIMS or DIMS; repeat per input")
@@ -86,9 +111,10 @@ variables as inferq serve).`)
 	fs.BoolVar(&f.sync, "sync", false, "synchronous inference: a KubeMQ query on the queue's channel, answered ahead of queued tasks; nothing stored")
 	fs.BoolVar(&f.follow, "follow", false, "print the task's progress events as they arrive (with --n 1, not with --sync)")
 	fs.IntVar(&f.conc, "concurrency", 1, "with --sync: queries in flight at once")
-	if err := parse(fs, args); err != nil {
-		return err
-	}
+}
+
+// check refuses flag combinations that make no sense.
+func (f *inferFlags) check(fs *pflag.FlagSet) error {
 	switch {
 	case fs.NArg() != 1:
 		return usageErrorf("want exactly one MODEL, got %d arguments", fs.NArg())
@@ -109,20 +135,7 @@ variables as inferq serve).`)
 	case fs.Changed("concurrency") && !f.sync:
 		return usageErrorf("--concurrency goes with --sync")
 	}
-	model := fs.Arg(0)
-	var (
-		inputs []tensor.Tensor
-		err    error
-	)
-	if f.random {
-		inputs, err = randomInputs(model, f.shapes, f.dtype)
-	} else {
-		inputs, err = readInputs(f.input)
-	}
-	if err != nil {
-		return err
-	}
-	return a.infer(ctx, model, inputs, f)
+	return nil
 }
 
 // brokerConfig reads the broker's address, token and TLS files from the
@@ -166,7 +179,6 @@ func defaultIdentity() string {
 }
 
 func (a *app) infer(ctx context.Context, model string, inputs []tensor.Tensor, f inferFlags) error {
-	var start time.Time // when the first batch was stored
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
 	bcfg := a.brokerConfig(f.broker)
@@ -201,15 +213,7 @@ func (a *app) infer(ctx context.Context, model string, inputs []tensor.Tensor, f
 		}
 	}
 
-	// The client probes its reply channel before the first send: that is
-	// where an absent broker shows.
-	rctx, rcancel := context.WithTimeout(ctx, min(f.timeout, 10*time.Second))
-	err = c.Ready(rctx)
-	rcancel()
-	if err != nil {
-		if errors.Is(err, mq.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
-			return fmt.Errorf("broker at %s unreachable (start one with 'inferq broker', or set --broker / INFERQ_BROKER_ADDRESS): %w", bcfg.Address, err)
-		}
+	if err := ready(ctx, c, bcfg.Address, f.timeout); err != nil {
 		return err
 	}
 	switch {
@@ -218,7 +222,25 @@ func (a *app) infer(ctx context.Context, model string, inputs []tensor.Tensor, f
 	case f.follow:
 		return a.inferFollow(ctx, c, model, queue, inputs, followID, progress, f)
 	}
+	return a.inferQueued(ctx, c, model, queue, inputs, f)
+}
 
+// ready waits for the client's probe of its reply channel, made before the
+// first send: that is where an absent broker shows.
+func ready(ctx context.Context, c *client.Client, addr string, timeout time.Duration) error {
+	rctx, cancel := context.WithTimeout(ctx, min(timeout, 10*time.Second))
+	defer cancel()
+	err := c.Ready(rctx)
+	if errors.Is(err, mq.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("broker at %s unreachable (start one with 'inferq broker', or set --broker / INFERQ_BROKER_ADDRESS): %w", addr, err)
+	}
+	return err
+}
+
+// inferQueued sends f.n tasks, waits for their results and prints the
+// result (n = 1) or a summary.
+func (a *app) inferQueued(ctx context.Context, c *client.Client, model, queue string, inputs []tensor.Tensor, f inferFlags) error {
+	var start time.Time // when the first batch was stored
 	var (
 		mu   sync.Mutex
 		lat  = make([]time.Duration, 0, f.n)
