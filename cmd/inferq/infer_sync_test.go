@@ -11,9 +11,8 @@ import (
 	"github.com/inferq/inferq/consumer"
 	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/mq"
-	"github.com/inferq/inferq/results"
 	"github.com/inferq/inferq/runtime"
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/inferq/inferq/worker"
 )
 
 // mlpBatcher runs clienttest.MLP on its own goroutine per item, reporting
@@ -40,37 +39,23 @@ func (mlpBatcher) Enqueue(ctx context.Context, r *runtime.Request) error {
 // the broker at addr until the test ends.
 func startServer(t *testing.T, addr string) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	conn, err := mq.Dial(ctx, mq.Config{Address: addr, ClientID: "inferq-sync-test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := results.New(results.Config{Broker: consumer.ResultsBroker(conn)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	met, err := consumer.NewMetrics(prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
 	c := models.Config{Models: []models.Model{models.NewModel("mlp")}}
 	c.Models[0].Path = "unused.onnx"
 	c.SetDefaults()
-	srv, err := consumer.New(consumer.Config{Broker: conn, Store: store, Metrics: met, Writers: 4, IntakeWorkers: 1,
-		Models: []consumer.Model{{Config: c.Models[0], Info: clienttest.MLP().Info, Batcher: mlpBatcher{}}}})
+	w, err := worker.New(context.Background(), worker.Config{
+		Broker:   mq.Config{Address: addr, ClientID: "inferq-sync-test"},
+		Models:   []consumer.Model{{Config: c.Models[0], Info: clienttest.MLP().Info, Batcher: mlpBatcher{}}},
+		Consumer: consumer.Config{Writers: 4, IntakeWorkers: 1},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = store.Run(ctx) }()
+	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan struct{})
-	go func() { defer close(ran); _ = srv.Run(ctx) }()
+	go func() { defer close(ran); _ = w.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
 		<-ran
-		<-done
-		_ = store.Close(context.Background())
-		conn.Close()
 	})
 }
 
