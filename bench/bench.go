@@ -11,7 +11,6 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/inferq/inferq/broker"
@@ -26,16 +25,15 @@ import (
 
 // bencher holds one bench run's shared pieces.
 type bencher struct {
-	cfg       Config
-	plan      *plan
-	log       *slog.Logger
-	addr      string
-	embedded  bool
-	runID     string
-	prod      *producers
-	report    *benchReport
-	prog      *benchProgress
-	completed atomic.Int64
+	cfg      Config
+	plan     *plan
+	log      *slog.Logger
+	addr     string
+	embedded bool
+	runID    string
+	prod     *producers
+	report   *benchReport
+	prog     *benchProgress
 }
 
 // Run measures every busy model in every mode c asks for, prints the
