@@ -159,12 +159,12 @@ func isNilRunner(r Runner) bool {
 }
 
 // Request is one item handed to a Batcher by Enqueue or TryEnqueue. The
-// caller sets Item, Priority and Done.
+// caller sets Item, Priority, Alone and Owner.
 //
 // Once Enqueue returns nil the batcher owns the request until it calls
-// Done: the caller must not change the request or the item's tensors. The
-// batcher does not touch the request after calling Done, so Done may
-// recycle it.
+// Finish: the caller must not change the request or the item's tensors.
+// The batcher does not touch the request after Finish, so the owner may
+// recycle it from Finished.
 type Request struct {
 	Item Item
 	// Priority requests (synchronous queries) are run ahead of the others
@@ -174,34 +174,74 @@ type Request struct {
 	// task that was in flight when a process died, so that the tasks that
 	// would share its batch do not share its fate.
 	Alone bool
-	// Started, when set, is called from the run's goroutine right before
-	// the item's run begins (the consumer records the attempt then, so
-	// that a crash is counted only against the tasks that were running).
-	Started func()
-	// BatchItems is set by the batcher right before it calls Started: the
-	// number of requests in the run this one is part of (itself included),
-	// for progress reports. Started may read it.
+	// Owner is told of the request's run (see Owner); the job that
+	// enqueued it, typically. Required unless Done is set.
+	Owner Owner
+	// BatchItems is set right before the run starts: the number of
+	// requests in the run this one is part of (itself included), for
+	// progress reports and traces.
 	BatchItems int
-	// Done receives the item's result, exactly once for every request
-	// Enqueue accepted: the outputs, or the error that failed this item
-	// alone (the request's context error if it ended before the run
-	// started; ErrClosed if the batcher was closed without ever running).
-	// It is called from a batcher goroutine, never while the batcher holds
-	// a lock, and it holds a run slot until it returns: it must be quick
-	// and must not block (hand the result to a buffered channel or a
-	// goroutine of your own), and must not call Enqueue or Submit, which
-	// may wait for the slot it holds. TryEnqueue is fine.
-	Done func(ItemResult)
+	// Result is set before Owner.Finished: the outputs, or the error that
+	// failed this item alone (the request's context error if it ended
+	// before the run started; ErrClosed if the batcher was closed without
+	// ever running it).
+	Result ItemResult
 	// Enqueued is set by Enqueue to the time it accepted the request;
-	// MaxQueueDelay and the observer's queue wait count from it. Done may
-	// read it.
+	// MaxQueueDelay and the observer's queue wait count from it.
 	Enqueued time.Time
+
+	// Done and Started are the callbacks of the request before Owner.
+	//
+	// Deprecated: set Owner. When Owner is nil, Finish calls Done with the
+	// result and Start calls Started.
+	Done    func(ItemResult)
+	Started func()
 
 	// ctx is the context given to Enqueue: a request whose context ends
 	// before its run starts is not run. Kept here rather than passed
 	// along so that a request costs the batcher no allocation.
 	ctx  context.Context
 	rows int
+}
+
+// Owner is told of the run of the requests it enqueued. Both methods are
+// called from a batcher goroutine, never while the batcher holds a lock,
+// and hold a run slot until they return: they must be quick and must not
+// block (hand the request to a buffered channel or a goroutine of your
+// own), and must not call Enqueue or Submit, which may wait for the slot
+// they hold. TryEnqueue is fine.
+type Owner interface {
+	// RunStarting is called right before the run that includes r starts
+	// (r.BatchItems is set), and not at all for a request that never
+	// runs. The consumer records the attempt then, so that a crash is
+	// counted only against the tasks that were running.
+	RunStarting(r *Request)
+	// Finished is called exactly once for every request Enqueue accepted,
+	// with r.Result set.
+	Finished(r *Request)
+}
+
+// Start marks the start of r's run in a batch of n requests and tells
+// its owner. Batchers call it (and fakes of one, in tests).
+func (r *Request) Start(n int) {
+	r.BatchItems = n
+	switch {
+	case r.Owner != nil:
+		r.Owner.RunStarting(r)
+	case r.Started != nil:
+		r.Started()
+	}
+}
+
+// Finish sets r's result and tells its owner: the last thing a batcher
+// does with r.
+func (r *Request) Finish(res ItemResult) {
+	r.Result = res
+	if r.Owner != nil {
+		r.Owner.Finished(r)
+		return
+	}
+	r.Done(res)
 }
 
 // Batcher gathers requests for one model into batches by its BatchPolicy
@@ -304,13 +344,13 @@ func (b *Batcher) InFlight() int { return int(b.running.Load()) }
 
 // Enqueue hands r to the batcher, waiting for room in the queue while it is
 // full (backpressure). It returns nil once the request is accepted; then
-// r.Done will be called exactly once. Otherwise it returns ctx's error (ctx
-// ended first, or had already ended), an error wrapping ErrClosed (Close
-// was called or Run returned), or an error for a request without Done; r.Done
-// is then never called.
+// r.Owner.Finished will be called exactly once. Otherwise it returns ctx's
+// error (ctx ended first, or had already ended), an error wrapping
+// ErrClosed (Close was called or Run returned), or an error for a request
+// without Owner; the owner then hears nothing.
 //
 // ctx also governs the item: if it ends before the item's run starts, the
-// item is not run and Done gets ctx's error. A run already started is not
+// item is not run and its result is ctx's error. A run already started is not
 // interrupted.
 func (b *Batcher) Enqueue(ctx context.Context, r *Request) error {
 	return b.enqueue(ctx, r, true)
@@ -323,8 +363,8 @@ func (b *Batcher) TryEnqueue(ctx context.Context, r *Request) error {
 }
 
 func (b *Batcher) enqueue(ctx context.Context, r *Request, wait bool) error {
-	if r == nil || r.Done == nil {
-		return fmt.Errorf("runtime: batcher %q: request without Done", b.name)
+	if r == nil || (r.Owner == nil && r.Done == nil) {
+		return fmt.Errorf("runtime: batcher %q: request without Owner", b.name)
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -371,7 +411,7 @@ func (b *Batcher) enqueue(ctx context.Context, r *Request, wait bool) error {
 // change until Submit returns.
 func (b *Batcher) Submit(ctx context.Context, item Item, priority bool) (res ItemResult, err error) {
 	w := b.waiters.Get().(*waiter)
-	w.req = Request{Item: item, Priority: priority, Done: w.done}
+	w.req = Request{Item: item, Priority: priority, Owner: w}
 	if err := b.Enqueue(ctx, &w.req); err != nil {
 		w.req = Request{}
 		b.waiters.Put(w)
@@ -383,31 +423,29 @@ func (b *Batcher) Submit(ctx context.Context, item Item, priority bool) (res Ite
 		b.waiters.Put(w)
 		return res, res.Err
 	case <-ctx.Done():
-		// Done will still be called, into w.ch's free slot; w is left to
-		// the garbage collector rather than reused.
+		// Finished will still be called, into w.ch's free slot; w is left
+		// to the garbage collector rather than reused.
 		return ItemResult{Err: ctx.Err()}, ctx.Err()
 	}
 }
 
-// waiter is Submit's request and the channel its Done fills, kept together
-// and reused so that Submit allocates nothing of its own.
+// waiter is Submit's request and the channel its Finished fills, kept
+// together and reused so that Submit allocates nothing of its own.
 type waiter struct {
-	req  Request
-	ch   chan ItemResult
-	done func(ItemResult)
+	req Request
+	ch  chan ItemResult
 }
 
-func newWaiter() *waiter {
-	w := &waiter{ch: make(chan ItemResult, 1)}
-	w.done = func(r ItemResult) { w.ch <- r }
-	return w
-}
+func newWaiter() *waiter { return &waiter{ch: make(chan ItemResult, 1)} }
+
+func (w *waiter) RunStarting(*Request)  {}
+func (w *waiter) Finished(r *Request) { w.ch <- r.Result }
 
 // Close stops the batcher: Enqueue returns ErrClosed from now on. If Run is
 // running, Close waits until it has run what was pending and returned (the
 // same soft stop as cancelling Run's context); if Run never ran, the
 // requests accepted so far get ErrClosed, from Close's goroutine. Close is
-// idempotent. It must not be called from Done.
+// idempotent. It must not be called from an Owner's methods.
 func (b *Batcher) Close() error {
 	b.closeOnce.Do(func() { close(b.closing) })
 	b.stateMu.Lock()
@@ -431,7 +469,7 @@ func (b *Batcher) Close() error {
 			return nil
 		}
 		<-b.tokens
-		r.Done(ItemResult{Err: b.errClosed})
+		r.Finish(ItemResult{Err: b.errClosed})
 	}
 }
 
@@ -512,17 +550,17 @@ func (b *Batcher) worker(i int, work <-chan *batch, freed chan<- *batch) {
 	}
 }
 
-// runBatch runs bt on runner i and calls every request's Done.
+// runBatch runs bt on runner i and finishes every request.
 func (b *Batcher) runBatch(i int, bt *batch) {
 	for _, r := range bt.gone {
-		r.Done(ItemResult{Err: r.ctx.Err()})
+		r.Finish(ItemResult{Err: r.ctx.Err()})
 	}
 	// A request may have been cancelled since the batch was cut.
 	reqs := bt.reqs[:0]
 	rows := 0
 	for _, r := range bt.reqs {
 		if err := r.ctx.Err(); err != nil {
-			r.Done(ItemResult{Err: err})
+			r.Finish(ItemResult{Err: err})
 			continue
 		}
 		reqs = append(reqs, r)
@@ -538,10 +576,7 @@ func (b *Batcher) runBatch(i int, bt *batch) {
 			}
 		}
 		for _, r := range reqs {
-			if r.Started != nil {
-				r.BatchItems = len(reqs)
-				r.Started()
-			}
+			r.Start(len(reqs))
 		}
 		b.running.Add(n)
 		res := b.runners[i].RunBatch(context.Background(), bt.items)
@@ -559,7 +594,7 @@ func (b *Batcher) runBatch(i int, bt *batch) {
 			}
 		}
 		for k, r := range reqs {
-			r.Done(res[k])
+			r.Finish(res[k])
 		}
 	}
 	clear(bt.reqs)
