@@ -438,8 +438,8 @@ type waiter struct {
 
 func newWaiter() *waiter { return &waiter{ch: make(chan ItemResult, 1)} }
 
-func (w *waiter) RunStarting(*Request)  {}
-func (w *waiter) Finished(r *Request) { w.ch <- r.Result }
+func (w *waiter) RunStarting(*Request) {}
+func (w *waiter) Finished(r *Request)  { w.ch <- r.Result }
 
 // Close stops the batcher: Enqueue returns ErrClosed from now on. If Run is
 // running, Close waits until it has run what was pending and returned (the

@@ -100,7 +100,7 @@ type recycler struct {
 	pending *sync.WaitGroup
 }
 
-func (*recycler) RunStarting(*runtime.Request) {}
+func (*recycler) RunStarting(*runtime.Request)  {}
 func (o *recycler) Finished(r *runtime.Request) { o.free <- r; o.pending.Done() }
 
 func BenchmarkBatcherOverhead(b *testing.B) {

@@ -157,6 +157,8 @@ type Task struct {
 	named []kwarg      // other kwargs (form 2)
 	bin   []byte       // the binary form's data after the header
 
+	inputsPath string // where wire sits, for errors ("" is kwargs.inputs)
+
 	maxElems int64 // Limits.MaxTensorElements while parsing
 }
 
