@@ -20,8 +20,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// Batcher takes one item into a model's dynamic batcher; Done is called
-// once with its result. *runtime.Batcher satisfies it.
+// Batcher takes one item into a model's dynamic batcher; once Enqueue
+// accepts it, the request's Owner hears RunStarting right before its run
+// (if it runs) and Finished once, with the result in the request (see
+// runtime.Owner). *runtime.Batcher satisfies it.
 type Batcher interface {
 	Enqueue(ctx context.Context, r *runtime.Request) error
 }
