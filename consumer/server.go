@@ -413,13 +413,14 @@ func (s *Server) intakeLoop(ctx context.Context) {
 // straight to a writer when it must not run.
 func (s *Server) take(ctx context.Context, d *delivery) {
 	j := &job{s: s, q: d.q, msg: d.msg, received: d.received}
+	var counted *Model // whose inflight gauge this job holds
 	defer func() {
 		if r := recover(); r != nil {
 			// A decoder bug must not kill the worker: the message is
 			// unprocessable, and the stack goes to the log.
 			s.log.Error("panic in intake", "msg", d.msg, "panic", r, "stack", string(debug.Stack()))
 			*j = job{s: s, q: d.q, msg: d.msg, received: d.received}
-			j.adm = admitted{verdict: admitUndecodable, err: fmt.Errorf("internal error decoding the task: %v", r)}
+			j.adm = admitted{verdict: admitUndecodable, err: fmt.Errorf("internal error decoding the task: %v", r), model: counted}
 			s.write <- j
 		}
 	}()
@@ -435,6 +436,7 @@ func (s *Server) take(ctx context.Context, d *delivery) {
 		return
 	}
 	m.met.inflight.Inc()
+	counted = m
 	j.root = s.trace.taskRoot(d.q.name, d.msg.ID, &j.adm, j.attempt, d.received)
 	if !t.CreatedAt.IsZero() {
 		m.met.queue.Observe(d.received.Sub(t.CreatedAt).Seconds())
