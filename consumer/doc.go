@@ -1,17 +1,30 @@
-// Package consumer is inferq's serving loop: one poller per queue, intake
-// (decode, validate, attempts, deadline), the hand-off to each model's
-// batcher, and the writers that store each result and only then settle the
-// task's message (ack, delayed retry, dead letter queue, unprocessable
-// queue), with progress events, the DLQ alert hook and the HTTP endpoints.
+// Package consumer is inferq's serving loop: one poller per queue, intake,
+// the hand-off to each model's batcher, and the writers that store each
+// result and only then settle the task's message, with progress events,
+// the DLQ alert hook, KubeMQ sync queries and the HTTP endpoints (Open
+// Inference Protocol, metrics, health, task lookup).
+//
+// One task's path, in files:
+//
+//	server.go  mq.Poller --Deliver--> intake workers: take
+//	admit.go   admit: body, tags and the model table in; a runnable
+//	           request (model, inputs, outputs, deadline, priority, the
+//	           caller's span) or a verdict (undecodable, unknown model,
+//	           bad input, too large, expired, cancelled) out
+//	server.go  --Enqueue--> runtime.Batcher, the job its Request's Owner
+//	settle.go  job.RunStarting (journal, progress), job.Finished --> writers:
+//	           decide (a pure function: ack, retry after d, dead-letter,
+//	           unprocessable, give back) then settle carries it out:
+//	           results Store.Put, then Ack / Retry / DeadLetter / Forward / NAck
+//
+// Sync queries (query.go) and HTTP infer requests (oip.go) take the same
+// admit and the same batcher, ahead of queued tasks, and answer the caller
+// instead of settling a message. Traces ride on contexts (tracing.go).
 //
 // Stages are separate goroutines joined by bounded channels, so a slow stage
-// applies backpressure instead of blocking the others:
-//
-//	mq.Poller --Deliver--> intake workers --Enqueue--> runtime.Batcher
-//	    --Done--> writers --results.Store.Put--> Ack / Retry / DeadLetter
-//
-// The failure rules are those of DESIGN.md section 4: a message is acked only
-// after its terminal record is stored; retries back off through a delayed
-// resend; permanent failures are not retried; a crash counts as an attempt
-// (see Journal); a task past its deadline is not run.
+// applies backpressure instead of blocking the others. The failure rules are
+// those of DESIGN.md section 4: a message is acked only after its terminal
+// record is stored; retries back off through a delayed resend; permanent
+// failures are not retried; a crash counts as an attempt (see Journal); a
+// task past its deadline is not run.
 package consumer

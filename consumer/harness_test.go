@@ -55,10 +55,11 @@ func (f *fakeBatcher) Enqueue(ctx context.Context, r *runtime.Request) error {
 			<-f.gate
 		}
 		if err := ctx.Err(); err != nil {
-			r.Done(runtime.ItemResult{Err: err})
+			r.Finish(runtime.ItemResult{Err: err})
 			return
 		}
-		r.Done(f.run(r.Item))
+		r.Start(1)
+		r.Finish(f.run(r.Item))
 	}()
 	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/inferq/inferq/mq"
 	"github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/task"
+	"github.com/inferq/inferq/tensor"
 	"go.opentelemetry.io/otel/attribute"
 )
 
@@ -74,81 +74,84 @@ func (s *Server) answer(ctx context.Context, q *queue, req *mq.QueryRequest) mq.
 // query answers req; model is the model's name ("" when unknown) and
 // outcome the metrics label.
 func (s *Server) query(ctx context.Context, q *queue, req *mq.QueryRequest) (resp task.QueryResponse, model, outcome string) {
-	fail := func(o string, err error) (task.QueryResponse, string, string) {
-		return task.QueryResponse{Status: task.StatusFailure, Error: err.Error()}, model, o
+	a := admit(admission{from: fromQuery, body: req.Body, tags: req.Tags, received: req.Received, traced: s.trace.tr != nil}, q.table)
+	var root context.Context
+	if a.task != nil {
+		root = s.trace.queryRoot(q.name, req, &a)
 	}
-	t, err := task.ParseQuery(req.Body, req.Tags, q.limits)
-	if t == nil {
-		return fail(OutcomeUnprocessable, fmt.Errorf("undecodable query: %w", err))
+	if a.model != nil {
+		model = a.model.Config.Name
 	}
-	sp := s.trace.query(q.name, req, t)
-	defer func() {
-		var err error
-		if resp.Status != task.StatusSuccess {
-			err = errors.New(resp.Error)
+	outputs, outcome, err := s.runSync(ctx, &a, root)
+	if err == nil {
+		var result, bin []byte
+		result, bin, err = task.NewInferResponse(model, a.model.Version, outputs, a.task).Encode()
+		if err == nil {
+			endRoot(root, outcome, nil)
+			return task.QueryResponse{Status: task.StatusSuccess, Result: result, Binary: bin}, model, outcome
 		}
-		sp.end(outcome, err)
-	}()
-	m := q.models[t.Name]
-	if m == nil {
-		return fail(OutcomeUnknownModel, unknownModelError(t.Name, q))
+		outcome, err = OutcomeFailure, fmt.Errorf("model %q: encoding the result: %w", model, err)
 	}
-	model = m.Config.Name
-	if err != nil {
-		return fail(OutcomeBadInput, fmt.Errorf("model %q: %w", model, err))
-	}
-	if deadline, ok := t.Deadline(req.Received); ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, deadline)
-		defer cancel()
-	}
-	if ctx.Err() != nil {
-		return fail(OutcomeExpired, errors.New("deadline exceeded: the caller gave up before inference started"))
-	}
-	lim := task.Limits{MaxBodyBytes: int64(m.Config.Limits.MaxBodyBytes), MaxTensorElements: m.Config.Limits.MaxTensorElements}
-	if lim.MaxBodyBytes > 0 && int64(len(req.Body)) > lim.MaxBodyBytes {
-		return fail(OutcomeBadInput, fmt.Errorf("model %q: query body of %d bytes is over the limit of %d bytes (limits.max_body_bytes)",
-			model, len(req.Body), lim.MaxBodyBytes))
-	}
-	inputs, err := t.Inputs(m.Info, lim)
-	if err != nil {
-		return fail(OutcomeBadInput, fmt.Errorf("model %q: %w", model, err))
-	}
-	r := s.runSync(ctx, m, runtime.Item{Inputs: inputs, Outputs: t.OutputNames()}, sp)
-	if r.Err != nil {
-		o, err := syncError(model, r.Err)
-		return fail(o, err)
-	}
-	result, bin, err := task.NewInferResponse(model, m.Version, r.Outputs, t).Encode()
-	if err != nil {
-		return fail(OutcomeFailure, fmt.Errorf("model %q: encoding the result: %w", model, err))
-	}
-	return task.QueryResponse{Status: task.StatusSuccess, Result: result, Binary: bin}, model, OutcomeSuccess
+	endRoot(root, outcome, err)
+	return task.QueryResponse{Status: task.StatusFailure, Error: err.Error()}, model, outcome
 }
 
-// runSync runs item through m's batcher ahead of queued tasks and waits
-// for its result or for ctx to end. An item whose ctx ends before its run
-// starts is not run.
-func (s *Server) runSync(ctx context.Context, m *Model, item runtime.Item, sp *span) runtime.ItemResult {
-	done := make(chan runtime.ItemResult, 1)
-	req := &runtime.Request{Item: item, Priority: true}
-	req.Done = func(r runtime.ItemResult) {
-		sp.endStage(r.Err)
-		done <- r
+// syncJob is the run of a sync request (query or HTTP): the Owner of its
+// runtime.Request. Once the request is enqueued only the batcher touches
+// it, until Finished signals done; a caller that gives up first leaves it
+// to the batcher.
+type syncJob struct {
+	req         runtime.Request
+	trace       tracing
+	root, stage context.Context
+	done        chan struct{}
+}
+
+// RunStarting opens the SpanInfer stage.
+func (j *syncJob) RunStarting(r *runtime.Request) {
+	j.stage = j.trace.inferStage(j.root, j.stage, r.BatchItems)
+}
+
+// Finished ends the open stage and wakes the caller.
+func (j *syncJob) Finished(r *runtime.Request) {
+	endSpan(j.stage, r.Result.Err)
+	j.stage = nil
+	j.done <- struct{}{}
+}
+
+// runSync runs an admitted sync request through its model's batcher ahead
+// of queued tasks and waits for its result or for ctx (or the request's
+// deadline) to end; a request not started by then is not run. It returns
+// the outputs, or the outcome label and the error the caller gets.
+func (s *Server) runSync(ctx context.Context, a *admitted, root context.Context) ([]tensor.Tensor, string, error) {
+	if a.verdict != admitRun {
+		return nil, a.verdict.label(), a.err
 	}
-	if sp != nil {
-		req.Started = func() { sp.infer(req.BatchItems) }
+	if !a.deadline.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, a.deadline)
+		defer cancel()
 	}
-	sp.next(SpanBatch)
-	if err := m.Batcher.Enqueue(ctx, req); err != nil {
-		return runtime.ItemResult{Err: fmt.Errorf("enqueue for inference: %w", err)}
+	j := &syncJob{trace: s.trace, root: root, done: make(chan struct{}, 1)}
+	j.req = runtime.Request{Item: runtime.Item{Inputs: a.inputs, Outputs: a.outputs}, Priority: a.priority, Owner: j}
+	j.stage = s.trace.stage(root, nil, SpanBatch)
+	var r runtime.ItemResult
+	if err := a.model.Batcher.Enqueue(ctx, &j.req); err != nil {
+		r.Err = fmt.Errorf("enqueue for inference: %w", err)
+		endSpan(j.stage, r.Err)
+	} else {
+		select {
+		case <-j.done:
+			r = j.req.Result
+		case <-ctx.Done():
+			r.Err = ctx.Err()
+		}
 	}
-	select {
-	case r := <-done:
-		return r
-	case <-ctx.Done():
-		return runtime.ItemResult{Err: ctx.Err()}
+	if r.Err != nil {
+		outcome, err := syncError(a.model.Config.Name, r.Err)
+		return nil, outcome, err
 	}
+	return r.Outputs, OutcomeSuccess, nil
 }
 
 // syncError names the outcome of a failed sync run and the error the caller
@@ -161,16 +164,6 @@ func syncError(model string, err error) (outcome string, _ error) {
 		return OutcomeExpired, fmt.Errorf("model %q: the caller gave up (timeout) before the result: %w", model, err)
 	}
 	return OutcomeFailure, fmt.Errorf("model %q: inference failed: %w", model, err)
-}
-
-// unknownModelError says which models queue q serves.
-func unknownModelError(name string, q *queue) error {
-	names := make([]string, 0, len(q.models))
-	for n := range q.models {
-		names = append(names, strconv.Quote(n))
-	}
-	slices.Sort(names)
-	return fmt.Errorf("unknown model %q: queue %s serves %v", name, q.name, names)
 }
 
 // runningDetail is the detail of the running progress event.

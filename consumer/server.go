@@ -1,12 +1,10 @@
 package consumer
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -22,8 +20,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// Batcher takes one item into a model's dynamic batcher; Done is called
-// once with its result. *runtime.Batcher satisfies it.
+// Batcher takes one item into a model's dynamic batcher; once Enqueue
+// accepts it, the request's Owner hears RunStarting right before its run
+// (if it runs) and Finished once, with the result in the request (see
+// runtime.Owner). *runtime.Batcher satisfies it.
 type Batcher interface {
 	Enqueue(ctx context.Context, r *runtime.Request) error
 }
@@ -158,9 +158,7 @@ func (c *Config) Validate() error {
 // queue is one consumed queue and the models routed from it by task_name.
 type queue struct {
 	name   string
-	models map[string]*Model
-	first  *Model      // the first model configured on the queue
-	limits task.Limits // the loosest of its models', for the envelope
+	table  *modelTable
 	poller *mq.Poller
 }
 
@@ -176,6 +174,7 @@ type Server struct {
 	alert   *alerter
 	trace   tracing
 	queues  []*queue
+	models  *modelTable // every model, for HTTP
 
 	intake chan *delivery
 	write  chan *job
@@ -188,26 +187,6 @@ type delivery struct {
 	q        *queue
 	msg      *mq.Message
 	received time.Time
-}
-
-// job is a task whose inference ended (or that never ran), on its way to
-// the writers.
-type job struct {
-	q        *queue
-	model    *Model
-	msg      *mq.Message
-	task     *task.Task
-	received time.Time
-	enqueued time.Time
-	attempt  int
-	result   runtime.ItemResult
-	// status/err set when the task never ran (expired, cancelled, bad
-	// input): the writer stores the record and settles without retry.
-	final    task.Status
-	finalErr error
-	outcome  string
-	dlq      bool  // a final failure that goes to the dead letter queue
-	span     *span // nil when tracing is off
 }
 
 // New checks cfg and builds the per-queue routing.
@@ -226,6 +205,7 @@ func New(cfg Config) (*Server, error) {
 	s.pub = newPublisher(cfg.Broker, cfg.ProgressBuffer, s.met.ProgressDrops.Inc, s.log)
 	s.alert = newAlerter(s.pub, cfg.AlertWebhook, cfg.AlertWebhookTimeout, s.met.AlertDrops.Inc, s.log)
 	s.trace = newTracing(cfg.TracerProvider)
+	s.models = newModelTable("this server")
 	byQueue := map[string]*queue{}
 	maxInFlight := 256
 	for i := range cfg.Models {
@@ -236,19 +216,16 @@ func New(cfg Config) (*Server, error) {
 		m.met = s.met.forModel(m.Config.Name)
 		q := byQueue[m.Config.Queue]
 		if q == nil {
-			q = &queue{name: m.Config.Queue, models: map[string]*Model{}}
+			q = &queue{name: m.Config.Queue, table: newModelTable("queue " + m.Config.Queue)}
 			byQueue[q.name] = q
 			s.queues = append(s.queues, q)
 		}
-		if _, dup := q.models[m.Config.Name]; dup {
-			return nil, fmt.Errorf("consumer: model %q configured twice", m.Config.Name)
+		if err := q.table.add(m); err != nil {
+			return nil, err
 		}
-		q.models[m.Config.Name] = m
-		if q.first == nil {
-			q.first = m
+		if s.models.byName[m.Config.Name] == nil {
+			_ = s.models.add(m) // HTTP names a model; the first of a name serves it
 		}
-		q.limits.MaxBodyBytes = max(q.limits.MaxBodyBytes, int64(m.Config.Limits.MaxBodyBytes))
-		q.limits.MaxTensorElements = max(q.limits.MaxTensorElements, m.Config.Limits.MaxTensorElements)
 		if m.MaxInFlight > 0 {
 			maxInFlight = max(maxInFlight, m.MaxInFlight)
 		} else {
@@ -421,218 +398,8 @@ func (s *Server) intakeLoop(ctx context.Context) {
 			for {
 				select {
 				case d := <-s.intake:
-					s.inflight.Add(-1)
-					_ = d.msg.NAck()
-				default:
-					return
-				}
-			}
-		}
-	}
-}
-
-// take decodes one message and sends it on: to its model's batcher, or
-// straight to a writer when it must not run.
-func (s *Server) take(ctx context.Context, d *delivery) {
-	defer func() {
-		if r := recover(); r != nil {
-			// A decoder bug must not kill the worker: the message is
-			// unprocessable, and the stack goes to the log.
-			s.log.Error("panic in intake", "msg", d.msg, "panic", r, "stack", string(debug.Stack()))
-			s.unprocessable(ctx, d, fmt.Errorf("internal error decoding the task: %v", r))
-		}
-	}()
-	m := d.msg
-	t, err := task.Parse(m.Body, m.Tags, d.q.limits)
-	if t == nil {
-		// Undecodable: no task id to answer to.
-		s.unprocessable(ctx, d, err)
-		return
-	}
-	model := d.q.models[t.Name]
-	if model == nil && errors.Is(err, task.ErrTooLarge) {
-		// Too large to read its task_name: its queue's (first) model
-		// answers for it, with the size error.
-		model = d.q.first
-	}
-	j := &job{q: d.q, model: model, msg: m, task: t, received: d.received}
-	j.attempt = s.attempt(t, m)
-	if model == nil {
-		s.unknownModel(ctx, d, j)
-		return
-	}
-	model.met.inflight.Inc()
-	j.span = s.trace.task(d.q.name, m.ID, t, model.Config.Name, j.attempt, d.received)
-	if !t.CreatedAt.IsZero() {
-		model.met.queue.Observe(d.received.Sub(t.CreatedAt).Seconds())
-	}
-	if err != nil {
-		s.finish(ctx, j, task.StatusFailure, limitHint(model, fmt.Errorf("task %s: %w", t.ID, err)), OutcomeBadInput)
-		return
-	}
-	deadline, hasDeadline := t.Deadline(d.received)
-	if !hasDeadline && model.Config.Timeout > 0 {
-		base := t.CreatedAt
-		if base.IsZero() {
-			base = d.received
-		}
-		deadline, hasDeadline = base.Add(model.Config.Timeout.D()), true
-	}
-	if hasDeadline && !d.received.Before(deadline) {
-		s.finish(ctx, j, task.StatusFailure, fmt.Errorf("deadline exceeded: the task expired at %s, before inference started", task.FormatTime(deadline)), OutcomeExpired)
-		return
-	}
-	if s.cancelled(t.ID) {
-		s.finish(ctx, j, task.StatusCancelled, errors.New("cancelled before inference started"), OutcomeCancelled)
-		return
-	}
-	lim := task.Limits{MaxBodyBytes: int64(model.Config.Limits.MaxBodyBytes), MaxTensorElements: model.Config.Limits.MaxTensorElements}
-	if int64(len(m.Body)) > lim.MaxBodyBytes {
-		s.finish(ctx, j, task.StatusFailure, fmt.Errorf("task %s: body of %d bytes is over model %q's limit of %d bytes (limits.max_body_bytes)",
-			t.ID, len(m.Body), model.Config.Name, lim.MaxBodyBytes), OutcomeBadInput)
-		return
-	}
-	inputs, err := t.Inputs(model.Info, lim)
-	if err != nil {
-		s.finish(ctx, j, task.StatusFailure, limitHint(model, fmt.Errorf("model %q: %w", model.Config.Name, err)), OutcomeBadInput)
-		return
-	}
-	crashes := s.journal.Crashes(m.ID)
-	if limit := maxAttempts(model, m); crashes > 0 && j.attempt > limit {
-		// Every attempt left ended with the process: this one must not run.
-		j.attempt = limit
-		j.dlq = true
-		s.finish(ctx, j, task.StatusFailure, fmt.Errorf("worker lost during inference: the process ended during %d attempt(s) of this task; attempts exhausted (%d)", crashes, limit), OutcomeFailure)
-		return
-	}
-	s.pub.progress(d.q.name, t.ID, PctReceived, "received")
-	j.enqueued = s.cfg.Now()
-	j.span.next(SpanBatch)
-	var req *runtime.Request
-	req = &runtime.Request{
-		Item: runtime.Item{Inputs: inputs, Outputs: t.OutputNames()},
-		// A task that was in flight when a process died runs alone, so
-		// the tasks that shared its batch do not share its fate.
-		Alone: crashes > 0,
-		// The attempt is recorded when the run starts: a crash then
-		// counts against the tasks that were running, not those queued.
-		Started: func() {
-			if err := s.journal.Start(m.ID); err != nil {
-				s.log.Error("attempt journal write failed; a crash during this task would not be counted", "err", err)
-			}
-			s.pub.progress(d.q.name, t.ID, PctRunning, runningDetail(req.BatchItems))
-			j.span.infer(req.BatchItems)
-		},
-	}
-	// The batcher does not run an item whose ctx ended before its run.
-	rctx, cancel := ctx, context.CancelFunc(func() {})
-	if hasDeadline {
-		rctx, cancel = context.WithDeadline(ctx, deadline)
-	}
-	req.Done = func(r runtime.ItemResult) {
-		cancel()
-		// The run is over: a crash from now on is not this task's doing.
-		s.journal.Done(m.ID)
-		j.span.endStage(r.Err)
-		j.result = r
-		s.toWriter(j)
-	}
-	if err := model.Batcher.Enqueue(rctx, req); err != nil {
-		cancel()
-		j.result = runtime.ItemResult{Err: fmt.Errorf("enqueue for inference: %w", err)}
-		s.toWriter(j)
-	}
-}
-
-// limitHint names the config fields behind a size error.
-func limitHint(m *Model, err error) error {
-	if !errors.Is(err, task.ErrTooLarge) {
-		return err
-	}
-	return fmt.Errorf("%w (model %q: limits.max_body_bytes %d, limits.max_tensor_elements %d)",
-		err, m.Config.Name, m.Config.Limits.MaxBodyBytes, m.Config.Limits.MaxTensorElements)
-}
-
-// toWriter hands a job to the writers. It blocks while they are all busy,
-// which holds the batcher back: backpressure, not loss.
-func (s *Server) toWriter(j *job) { s.write <- j }
-
-// attempt is this delivery's attempt number: the attempt tag of a delayed
-// resend, plus the broker's redeliveries after NAck, plus the attempts that
-// ended with a crash of the process.
-func (s *Server) attempt(t *task.Task, m *mq.Message) int {
-	a := max(t.Attempt, 1)
-	if m.ReceiveCount > 1 {
-		a += m.ReceiveCount - 1
-	}
-	return a + s.journal.Crashes(m.ID)
-}
-
-// maxAttempts is max_retries + 1, capped by the producer's MaxReceiveCount.
-func maxAttempts(model *Model, m *mq.Message) int {
-	n := model.Config.Retries.MaxRetries + 1
-	if m.MaxReceiveCount > 0 && m.MaxReceiveCount < n {
-		n = m.MaxReceiveCount
-	}
-	return n
-}
-
-// cancelled reports whether the task's stored record reads CANCELLED.
-func (s *Server) cancelled(taskID string) bool {
-	body, ok := s.cfg.Store.Get(taskID)
-	if !ok {
-		return false
-	}
-	r, err := task.ParseRecord(body)
-	return err == nil && r.Status == task.StatusCancelled
-}
-
-// finish sends a task that must not run to a writer with its final status.
-func (s *Server) finish(ctx context.Context, j *job, st task.Status, err error, outcome string) {
-	j.final, j.finalErr, j.outcome = st, err, outcome
-	s.toWriter(j)
-}
-
-// unprocessable forwards a message that cannot be decoded, raw, to the
-// unprocessable queue of its queue's models, then acks it; a failed forward
-// NAcks it so nothing is lost.
-func (s *Server) unprocessable(ctx context.Context, d *delivery, cause error) {
-	defer s.inflight.Add(-1)
-	dest := d.q.first.Config.UnprocessableQueue
-	s.met.Unprocessable.Inc()
-	s.met.Tasks.WithLabelValues("", OutcomeUnprocessable).Inc()
-	s.log.Warn("unprocessable message", "queue", d.q.name, "msg", d.msg, "to", dest, "err", cause)
-	if err := s.sender.Forward(ctx, d.msg, dest, map[string]string{mq.TagError: errString(cause), mq.TagOrigin: d.q.name}); err != nil {
-		s.log.Error("forward to unprocessable queue failed; nacking", "msg", d.msg, "err", err)
-		_ = d.msg.NAck()
-	}
-}
-
-// unknownModel stores a FAILURE record for a task whose task_name names no
-// model of its queue and forwards the message to the unprocessable queue.
-func (s *Server) unknownModel(ctx context.Context, d *delivery, j *job) {
-	names := make([]string, 0, len(d.q.models))
-	for n := range d.q.models {
-		names = append(names, n)
-	}
-	err := fmt.Errorf("unknown model %q: queue %s serves %v", j.task.Name, d.q.name, names)
-	rec := s.record(j, task.StatusFailure, err)
-	if perr := s.put(ctx, j, rec); perr != nil {
-		s.log.Error("storing the unknown-model failure record failed", "task_id", j.task.ID, "err", perr)
-	}
-	s.met.Tasks.WithLabelValues("", OutcomeUnknownModel).Inc()
-	s.unprocessable(ctx, d, err)
-}
-
-func (s *Server) writeLoop(ctx context.Context) {
-	for {
-		select {
-		case j := <-s.write:
-			s.settle(ctx, j)
-		case <-ctx.Done():
-			for {
-				select {
-				case j := <-s.write:
+					j := &job{s: s, q: d.q, msg: d.msg, received: d.received}
+					j.req.Result.Err = context.Canceled
 					s.settle(ctx, j)
 				default:
 					return
@@ -642,162 +409,92 @@ func (s *Server) writeLoop(ctx context.Context) {
 	}
 }
 
-// settle stores the job's record and settles its message: ack on success
-// and on final states, a delayed resend (or NAck) for a retry, the dead
-// letter queue after the last attempt.
-func (s *Server) settle(ctx context.Context, j *job) {
+// take admits one message and sends it on: to its model's batcher, or
+// straight to a writer when it must not run.
+func (s *Server) take(ctx context.Context, d *delivery) {
+	j := &job{s: s, q: d.q, msg: d.msg, received: d.received}
+	var counted *Model // whose inflight gauge this job holds
 	defer func() {
-		s.inflight.Add(-1)
-		j.model.met.inflight.Dec()
+		if r := recover(); r != nil {
+			// A decoder bug must not kill the worker: the message is
+			// unprocessable, and the stack goes to the log.
+			s.log.Error("panic in intake", "msg", d.msg, "panic", r, "stack", string(debug.Stack()))
+			*j = job{s: s, q: d.q, msg: d.msg, received: d.received}
+			j.adm = admitted{verdict: admitUndecodable, err: fmt.Errorf("internal error decoding the task: %v", r), model: counted}
+			s.write <- j
+		}
 	}()
-	started := s.cfg.Now()
-	if j.span != nil {
-		j.span.next(SpanStore)
-		defer func() { j.span.end(j.outcome, cmp.Or(j.finalErr, j.result.Err)) }()
+	j.adm = admit(admission{from: fromQueue, body: d.msg.Body, tags: d.msg.Tags, received: d.received,
+		records: s.cfg.Store, traced: s.trace.tr != nil}, d.q.table)
+	t, m := j.adm.task, j.adm.model
+	if t != nil {
+		j.crashes = s.journal.Crashes(d.msg.ID)
+		j.attempt = attempt(t, d.msg, j.crashes)
 	}
-	if !j.enqueued.IsZero() {
-		j.model.met.infer.Observe(started.Sub(j.enqueued).Seconds())
-	}
-	switch {
-	case j.final != "":
-		s.fail(ctx, j, j.final, j.finalErr, j.outcome, j.dlq || j.outcome == OutcomeBadInput)
-	case j.result.Err == nil:
-		rec := s.record(j, task.StatusSuccess, nil)
-		if err := s.put(ctx, j, rec); err != nil {
-			s.log.Error("store failed; nacking so the task is not lost", "task_id", j.task.ID, "err", err)
-			_ = j.msg.NAck()
-			return
-		}
-		j.model.met.store.Observe(s.cfg.Now().Sub(started).Seconds())
-		if err := j.msg.Ack(); err != nil {
-			s.log.Warn("ack failed after the result was stored", "task_id", j.task.ID, "err", err)
-		}
-		j.model.met.success.Inc()
-		s.pub.progress(j.q.name, j.task.ID, PctStored, "stored")
-	case errors.Is(j.result.Err, runtime.ErrInvalidInput):
-		s.fail(ctx, j, task.StatusFailure, j.result.Err, OutcomeBadInput, true)
-	case errors.Is(j.result.Err, context.DeadlineExceeded):
-		s.fail(ctx, j, task.StatusFailure, fmt.Errorf("deadline exceeded before inference started: %w", j.result.Err), OutcomeExpired, false)
-	default:
-		s.failed(ctx, j, j.result.Err)
-	}
-}
-
-// failed handles an inference failure: a retry while attempts remain, the
-// dead letter queue after the last.
-func (s *Server) failed(ctx context.Context, j *job, cause error) {
-	limit := maxAttempts(j.model, j.msg)
-	if j.attempt >= limit {
-		s.fail(ctx, j, task.StatusFailure, fmt.Errorf("attempt %d of %d: %w", j.attempt, limit, cause), OutcomeFailure, true)
+	if m == nil {
+		s.write <- j
 		return
 	}
-	name := j.model.Config.Name
-	s.met.Retries.Inc()
-	s.met.Tasks.WithLabelValues(name, OutcomeRetry).Inc()
-	s.pub.progress(j.q.name, j.task.ID, PctRetrying, fmt.Sprintf("retrying: attempt %d of %d failed: %v", j.attempt, limit, cause))
-	r := j.model.Config.Retries
-	if r.BackoffInitial <= 0 {
-		if err := j.msg.NAck(); err != nil {
-			s.log.Warn("nack for retry failed", "task_id", j.task.ID, "err", err)
-		}
+	m.met.inflight.Inc()
+	counted = m
+	j.root = s.trace.taskRoot(d.q.name, d.msg.ID, &j.adm, j.attempt, d.received)
+	if !t.CreatedAt.IsZero() {
+		m.met.queue.Observe(d.received.Sub(t.CreatedAt).Seconds())
+	}
+	if j.adm.verdict != admitRun {
+		s.write <- j
 		return
 	}
-	delay := backoff(r.BackoffInitial.D(), r.BackoffMax.D(), j.attempt)
-	s.log.Info("retrying task", "task_id", j.task.ID, "model", name, "attempt", j.attempt, "of", limit, "delay", delay, "err", cause)
-	if err := s.sender.Retry(ctx, j.msg, delay, j.attempt+1); err != nil {
-		s.log.Warn("delayed resend failed; nacking instead", "task_id", j.task.ID, "err", err)
-		_ = j.msg.NAck()
-	}
-}
-
-// backoff is the delay before attempt+1: exponential from initial, capped,
-// with full jitter over its upper half.
-func backoff(initial, maxDelay time.Duration, attempt int) time.Duration {
-	d := initial
-	for i := 1; i < attempt && d < maxDelay; i++ {
-		d *= 2
-	}
-	d = min(d, maxDelay)
-	if d <= 0 {
-		return 0
-	}
-	return d/2 + rand.N(d/2+1)
-}
-
-// fail stores a final record and settles the message: to the dead letter
-// queue when dlq is set (with the alert), else an ack.
-func (s *Server) fail(ctx context.Context, j *job, st task.Status, cause error, outcome string, dlq bool) {
-	name := j.model.Config.Name
-	rec := s.record(j, st, cause)
-	if err := s.put(ctx, j, rec); err != nil {
-		s.log.Error("store of a final record failed; nacking so the task is not lost", "task_id", j.task.ID, "err", err)
-		_ = j.msg.NAck()
+	if limit := maxAttempts(m, d.msg); j.crashes > 0 && j.attempt > limit {
+		// Every attempt left ended with the process: this one must not run.
+		j.lost = true
+		s.write <- j
 		return
 	}
-	s.met.Tasks.WithLabelValues(name, outcome).Inc()
-	s.pub.progress(j.q.name, j.task.ID, PctFailed, "failed: "+errString(cause))
-	if !dlq {
-		if err := j.msg.Ack(); err != nil {
-			s.log.Warn("ack failed after the record was stored", "task_id", j.task.ID, "err", err)
-		}
-		return
+	s.pub.progress(d.q.name, t.ID, PctReceived, "received")
+	j.enqueued = s.cfg.Now()
+	j.stage = s.trace.stage(j.root, nil, SpanBatch)
+	j.req = runtime.Request{
+		Item: runtime.Item{Inputs: j.adm.inputs, Outputs: j.adm.outputs},
+		// A task that was in flight when a process died runs alone, so
+		// the tasks that shared its batch do not share its fate.
+		Alone: j.crashes > 0,
+		Owner: j,
 	}
-	dest := j.msg.MaxReceiveQueue
-	if dest == "" || dest == j.q.name {
-		dest = j.model.Config.DLQQueue
+	// The batcher does not run an item whose ctx ended before its run.
+	rctx := ctx
+	if !j.adm.deadline.IsZero() {
+		rctx, j.cancel = context.WithDeadline(ctx, j.adm.deadline)
+	} else {
+		j.cancel = noCancel
 	}
-	s.log.Warn("task failed for good; moving it to the dead letter queue", "task_id", j.task.ID, "model", name, "attempts", j.attempt, "dlq", dest, "err", cause)
-	if err := s.sender.DeadLetter(ctx, j.msg, dest, errString(cause), j.attempt); err != nil {
-		s.log.Error("move to the dead letter queue failed; nacking", "task_id", j.task.ID, "err", err)
-		_ = j.msg.NAck()
-		return
+	if err := m.Batcher.Enqueue(rctx, &j.req); err != nil {
+		j.cancel()
+		j.req.Result.Err = fmt.Errorf("enqueue for inference: %w", err)
+		endSpan(j.stage, j.req.Result.Err)
+		j.stage = nil
+		s.write <- j
 	}
-	s.met.DLQ.Inc()
-	s.alert.fire(Alert{TaskID: j.task.ID, Model: name, Queue: j.q.name, DLQ: dest, Error: errString(cause),
-		Attempts: j.attempt, Time: task.FormatTime(s.cfg.Now())})
 }
 
-// record builds the result record of a job.
-func (s *Server) record(j *job, st task.Status, cause error) *task.Record {
-	rec := &task.Record{
-		TaskID:      j.task.ID,
-		Status:      st,
-		CreatedAt:   j.task.CreatedAt,
-		CompletedAt: s.cfg.Now(),
-		Attempts:    j.attempt,
-		Worker:      s.cfg.Worker,
+func noCancel() {}
+
+// attempt is a delivery's attempt number: the attempt tag of a delayed
+// resend, plus the broker's redeliveries after NAck, plus the attempts that
+// ended with a crash of the process.
+func attempt(t *task.Task, m *mq.Message, crashes int) int {
+	a := max(t.Attempt, 1)
+	if m.ReceiveCount > 1 {
+		a += m.ReceiveCount - 1
 	}
-	if cause != nil {
-		rec.Error = cause.Error()
-	}
-	if st == task.StatusSuccess {
-		resp := task.NewInferResponse(j.model.Config.Name, j.model.Version, j.result.Outputs, j.task)
-		result, bin, err := resp.Encode()
-		if err != nil {
-			rec.Status, rec.Error = task.StatusFailure, "encoding the result: "+err.Error()
-		} else {
-			rec.Result, rec.Binary = result, bin
-		}
-	}
-	return rec
+	return a + crashes
 }
 
-// put stores rec for j's task.
-func (s *Server) put(ctx context.Context, j *job, rec *task.Record) error {
-	body, _ := rec.Encode()
-	e := results.Entry{TaskID: j.task.ID, Status: string(rec.Status), Terminal: rec.Status.Terminal(),
-		Body: body, ReplyTo: j.task.ReplyTo, CreatedAt: j.task.CreatedAt}
-	if j.model != nil && len(body) > j.model.Config.Result.MaxResultBytes {
-		sub := *rec
-		sub.Result, sub.Binary, sub.ResultRef = nil, nil, "/v1/tasks/"+j.task.ID
-		e.Substitute, _ = sub.Encode()
+// maxAttempts is max_retries + 1, capped by the producer's MaxReceiveCount.
+func maxAttempts(model *Model, m *mq.Message) int {
+	n := model.Config.Retries.MaxRetries + 1
+	if m.MaxReceiveCount > 0 && m.MaxReceiveCount < n {
+		n = m.MaxReceiveCount
 	}
-	return s.cfg.Store.Put(ctx, e)
-}
-
-func errString(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
+	return n
 }

@@ -3,14 +3,11 @@ package consumer
 import (
 	"context"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/inferq/inferq/mq"
-	"github.com/inferq/inferq/task"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 )
@@ -60,143 +57,101 @@ func newTracing(tp trace.TracerProvider) tracing {
 	return tracing{tr: tp.Tracer(tracerName)}
 }
 
-// traceContext reads W3C traceparent (and tracestate) values.
-var traceContext propagation.TraceContext
-
-// traceparentCarrier carries one traceparent value to the propagator.
-type traceparentCarrier string
-
-func (c traceparentCarrier) Get(key string) string {
-	if key == "traceparent" {
-		return string(c)
-	}
-	return ""
-}
-func (traceparentCarrier) Set(string, string) {}
-func (traceparentCarrier) Keys() []string     { return []string{"traceparent"} }
-
-// start starts a root span at at, the child of the remote span that
-// traceparent names (a new trace when it is empty or invalid). Callers
-// check t.tr first, so that no attribute is built while tracing is off;
-// every method of *span is a no-op on nil.
-func (t tracing) start(name string, kind trace.SpanKind, traceparent string, at time.Time, attrs ...attribute.KeyValue) *span {
+// root starts a root span of name at at, the child of remote (the
+// caller's span, from its traceparent; a new trace when invalid), and
+// returns the context that carries it. Callers check t.tr first, so that
+// no attribute is built while tracing is off; the other helpers take the
+// nil context of tracing off and do nothing.
+func (t tracing) root(name string, kind trace.SpanKind, remote trace.SpanContext, at time.Time, attrs ...attribute.KeyValue) context.Context {
 	ctx := context.Background()
-	if traceparent != "" {
-		ctx = traceContext.Extract(ctx, traceparentCarrier(traceparent))
+	if remote.IsValid() {
+		ctx = trace.ContextWithRemoteSpanContext(ctx, remote)
 	}
-	ctx, root := t.tr.Start(ctx, name, trace.WithSpanKind(kind), trace.WithTimestamp(at), trace.WithAttributes(attrs...))
-	return &span{tr: t.tr, ctx: ctx, root: root}
+	ctx, _ = t.tr.Start(ctx, name, trace.WithSpanKind(kind), trace.WithTimestamp(at), trace.WithAttributes(attrs...))
+	return ctx
 }
 
-// task starts the SpanReceive of a queued task (nil when off).
-func (t tracing) task(queue, msgID string, tk *task.Task, model string, attempt int, at time.Time) *span {
+// taskRoot starts the SpanReceive of a queued task (nil when off).
+func (t tracing) taskRoot(queue, msgID string, a *admitted, attempt int, at time.Time) context.Context {
 	if t.tr == nil {
 		return nil
 	}
-	return t.start(SpanReceive, trace.SpanKindConsumer, tk.TraceParent, at,
-		AttrTaskID.String(tk.ID), AttrModel.String(model), AttrAttempt.Int(attempt),
+	return t.root(SpanReceive, trace.SpanKindConsumer, a.remote, at,
+		AttrTaskID.String(a.task.ID), AttrModel.String(a.task.Name), AttrAttempt.Int(attempt),
 		attrSystem, attrDestination.String(queue), attrMessageID.String(msgID))
 }
 
-// query starts the SpanQuery of a sync query (nil when off).
-func (t tracing) query(queue string, req *mq.QueryRequest, tk *task.Task) *span {
+// queryRoot starts the SpanQuery of a sync query (nil when off).
+func (t tracing) queryRoot(queue string, req *mq.QueryRequest, a *admitted) context.Context {
 	if t.tr == nil {
 		return nil
 	}
-	return t.start(SpanQuery, trace.SpanKindServer, tk.TraceParent, req.Received,
-		AttrModel.String(tk.Name), attrSystem, attrDestination.String(queue), attrMessageID.String(req.ID))
+	return t.root(SpanQuery, trace.SpanKindServer, a.remote, req.Received,
+		AttrModel.String(a.task.Name), attrSystem, attrDestination.String(queue), attrMessageID.String(req.ID))
 }
 
-// http starts the SpanHTTP of an infer request, its parent from the
-// request's traceparent header (nil when off).
-func (t tracing) http(h http.Header, model string, at time.Time) *span {
+// httpRoot starts the SpanHTTP of an infer request (nil when off).
+func (t tracing) httpRoot(model string, a *admitted, at time.Time) context.Context {
 	if t.tr == nil {
 		return nil
 	}
-	ctx := traceContext.Extract(context.Background(), propagation.HeaderCarrier(h))
-	ctx, root := t.tr.Start(ctx, SpanHTTP, trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(at),
-		trace.WithAttributes(AttrModel.String(model)))
-	return &span{tr: t.tr, ctx: ctx, root: root}
+	return t.root(SpanHTTP, trace.SpanKindServer, a.remote, at, AttrModel.String(model))
 }
 
-// span is the trace of one task or request: its root span and the stage
-// span open under it. The stages move from goroutine to goroutine (intake,
-// the batcher's run, a writer) and a sync request's caller may give up
-// while its run still ends, so the methods lock.
-type span struct {
-	tr    trace.Tracer
-	ctx   context.Context // carries root
-	mu    sync.Mutex
-	root  trace.Span
-	stage trace.Span
-	ended bool
+// traceHeaders are the W3C trace headers of an HTTP request as tags, for
+// admission (nil when tracing is off).
+func (t tracing) traceHeaders(h http.Header) map[string]string {
+	if t.tr == nil {
+		return nil
+	}
+	return map[string]string{"traceparent": h.Get("traceparent"), "tracestate": h.Get("tracestate")}
 }
 
-// next ends the open stage span, if any, and opens the stage name.
-func (s *span) next(name string) {
-	if s == nil {
-		return
+// stage ends the stage span open in cur, if any, and opens the stage name
+// under root, returning the context that carries it (nil when off). A
+// trace's stages move from goroutine to goroutine (intake, the batcher's
+// run, a writer), always handed over through a channel or the batcher, so
+// one goroutine at a time owns them.
+func (t tracing) stage(root, cur context.Context, name string, attrs ...attribute.KeyValue) context.Context {
+	if root == nil {
+		return nil
 	}
-	s.nextWith(name)
+	endSpan(cur, nil)
+	ctx, _ := t.tr.Start(root, name, trace.WithAttributes(attrs...))
+	return ctx
 }
 
-// infer opens the SpanInfer stage of a run of batch items.
-func (s *span) infer(batch int) {
-	if s == nil {
-		return
+// inferStage opens the SpanInfer stage of a run of batch items (nil when
+// off; the attribute is built only when on).
+func (t tracing) inferStage(root, cur context.Context, batch int) context.Context {
+	if root == nil {
+		return nil
 	}
-	s.nextWith(SpanInfer, AttrBatchSize.Int(batch))
+	return t.stage(root, cur, SpanInfer, AttrBatchSize.Int(batch))
 }
 
-func (s *span) nextWith(name string, attrs ...attribute.KeyValue) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ended {
+// endSpan ends the span ctx carries, marking it failed with err; nil ends
+// nothing.
+func endSpan(ctx context.Context, err error) {
+	if ctx == nil {
 		return
 	}
-	if s.stage != nil {
-		s.stage.End()
-	}
-	_, s.stage = s.tr.Start(s.ctx, name, trace.WithAttributes(attrs...))
+	sp := trace.SpanFromContext(ctx)
+	setError(sp, err)
+	sp.End()
 }
 
-// endStage ends the open stage span, marking it failed with err.
-func (s *span) endStage(err error) {
-	if s == nil {
+// endRoot ends a root span with the outcome and err.
+func endRoot(root context.Context, outcome string, err error) {
+	if root == nil {
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.stage == nil {
-		return
-	}
-	setError(s.stage, err)
-	s.stage.End()
-	s.stage = nil
-}
-
-// end ends the open stage and the root, recording the outcome and err.
-// Later calls do nothing.
-func (s *span) end(outcome string, err error) {
-	if s == nil {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ended {
-		return
-	}
-	s.ended = true
-	if s.stage != nil {
-		setError(s.stage, err)
-		s.stage.End()
-		s.stage = nil
-	}
+	sp := trace.SpanFromContext(root)
 	if outcome != "" {
-		s.root.SetAttributes(AttrOutcome.String(outcome))
+		sp.SetAttributes(AttrOutcome.String(outcome))
 	}
-	setError(s.root, err)
-	s.root.End()
+	setError(sp, err)
+	sp.End()
 }
 
 func setError(sp trace.Span, err error) {

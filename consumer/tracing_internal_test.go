@@ -13,16 +13,17 @@ import (
 // allocation.
 func TestTracingOffAllocatesNothing(t *testing.T) {
 	for _, tr := range []tracing{newTracing(nil), newTracing(noop.NewTracerProvider())} {
-		tk := &task.Task{ID: "t1", TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
+		a := &admitted{task: &task.Task{ID: "t1", Name: "m", TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}}
 		err := errors.New("x")
 		now := time.Now()
 		if n := testing.AllocsPerRun(100, func() {
-			sp := tr.task("q", "m1", tk, "m", 1, now)
-			sp.next(SpanBatch)
-			sp.infer(8)
-			sp.endStage(nil)
-			sp.next(SpanStore)
-			sp.end(OutcomeSuccess, err)
+			root := tr.taskRoot("q", "m1", a, 1, now)
+			st := tr.stage(root, nil, SpanBatch)
+			st = tr.inferStage(root, st, 8)
+			endSpan(st, nil)
+			st = tr.stage(root, nil, SpanStore)
+			endSpan(st, nil)
+			endRoot(root, OutcomeSuccess, err)
 		}); n != 0 {
 			t.Errorf("%v allocations per task with tracing off", n)
 		}

@@ -21,7 +21,7 @@ import (
 //
 // BenchmarkBatcherOverhead runs a runner that returns at once, so ns/op is
 // the batcher's own cost per item: Submit (synchronous, the query path) or
-// Enqueue with a Done that recycles the request (asynchronous, the
+// Enqueue with an Owner that recycles the request (asynchronous, the
 // consumer's path), from 1 or 8 submitters.
 //
 // BenchmarkBatcherMLP runs the mlp model on one session (one intra-op
@@ -93,6 +93,16 @@ func submitters(b *testing.B, k int, one func(i int)) {
 	b.StopTimer()
 }
 
+// recycler is the Owner of a benchmark's requests: a finished request goes
+// back to its submitter's free list.
+type recycler struct {
+	free    chan *runtime.Request
+	pending *sync.WaitGroup
+}
+
+func (*recycler) RunStarting(*runtime.Request)  {}
+func (o *recycler) Finished(r *runtime.Request) { o.free <- r; o.pending.Done() }
+
 func BenchmarkBatcherOverhead(b *testing.B) {
 	item := runtime.Item{Inputs: []tensor.Tensor{{Name: "x", DType: tensor.FP32, Shape: []int64{1, 16}}}}
 	for _, k := range []int{1, 8} {
@@ -121,9 +131,7 @@ func BenchmarkBatcherOverhead(b *testing.B) {
 			for s := range free {
 				free[s] = make(chan *runtime.Request, perSubmitter)
 				for range perSubmitter {
-					r := &runtime.Request{Item: item}
-					r.Done = func(runtime.ItemResult) { free[s] <- r; pending.Done() }
-					free[s] <- r
+					free[s] <- &runtime.Request{Item: item, Owner: &recycler{free: free[s], pending: &pending}}
 				}
 			}
 			var who atomic.Int64

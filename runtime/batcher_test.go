@@ -179,27 +179,38 @@ func (r fakeRunner) RunBatch(ctx context.Context, items []runtime.Item) []runtim
 	return res
 }
 
-// collector records what Done receives, per request id.
+// collector is the Owner of test requests: it records what Finished
+// receives, per request id (the item's first output name), and the batch
+// size each run started with.
 type collector struct {
 	mu      sync.Mutex
 	results map[string][]runtime.ItemResult
 	at      map[string]time.Time
+	started map[string]int
 	n       atomic.Int64
 }
 
+func (c *collector) RunStarting(r *runtime.Request) {
+	c.mu.Lock()
+	c.started[r.Item.Outputs[0]] = r.BatchItems
+	c.mu.Unlock()
+}
+
+func (c *collector) Finished(r *runtime.Request) {
+	id := r.Item.Outputs[0]
+	c.mu.Lock()
+	c.results[id] = append(c.results[id], r.Result)
+	c.at[id] = time.Now()
+	c.mu.Unlock()
+	c.n.Add(1)
+}
+
 func newCollector() *collector {
-	return &collector{results: make(map[string][]runtime.ItemResult), at: make(map[string]time.Time)}
+	return &collector{results: make(map[string][]runtime.ItemResult), at: make(map[string]time.Time), started: make(map[string]int)}
 }
 
 func (c *collector) req(it runtime.Item, prio bool) *runtime.Request {
-	id := it.Outputs[0]
-	return &runtime.Request{Item: it, Priority: prio, Done: func(r runtime.ItemResult) {
-		c.mu.Lock()
-		c.results[id] = append(c.results[id], r)
-		c.at[id] = time.Now()
-		c.mu.Unlock()
-		c.n.Add(1)
-	}}
+	return &runtime.Request{Item: it, Priority: prio, Owner: c}
 }
 
 func (c *collector) wait(t testing.TB, n int) {
@@ -220,7 +231,7 @@ func (c *collector) result(t testing.TB, id string) runtime.ItemResult {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if n := len(c.results[id]); n != 1 {
-		t.Fatalf("%s: Done called %d times", id, n)
+		t.Fatalf("%s: Finished called %d times", id, n)
 	}
 	return c.results[id][0]
 }
@@ -334,6 +345,38 @@ func TestBatcherSizeTrigger(t *testing.T) {
 	c.wait(t, 8)
 	c.ok(t, ids...)
 	sameLists(t, "runs", idLists(f.snapshot()), [][]string{ids[:4], ids[4:]})
+}
+
+// TestBatcherOwner: the owner hears RunStarting with the run's batch size
+// before its run, then Finished once with the result; a request with
+// neither Owner nor the deprecated Done is refused; Done still works.
+func TestBatcherOwner(t *testing.T) {
+	f := newFake(1)
+	b, _ := startBatcher(t, runtime.BatcherConfig{Policy: policy(3, time.Hour), Runners: f.runners()})
+	c := newCollector()
+	for _, id := range []string{"a", "b", "c"} {
+		enqueue(t, b, c.req(fitem(id, 1, 8), false))
+	}
+	c.wait(t, 3)
+	c.ok(t, "a", "b", "c")
+	c.mu.Lock()
+	for _, id := range []string{"a", "b", "c"} {
+		if n := c.started[id]; n != 3 {
+			t.Errorf("%s: RunStarting saw a batch of %d, want 3", id, n)
+		}
+	}
+	c.mu.Unlock()
+	if err := b.Enqueue(context.Background(), &runtime.Request{Item: fitem("x", 1, 8)}); err == nil || !strings.Contains(err.Error(), "without Owner") {
+		t.Errorf("a request without an owner: %v", err)
+	}
+	done := make(chan runtime.ItemResult, 1)
+	started := false
+	r := &runtime.Request{Item: fitem("d", 1, 8), Started: func() { started = true }, Done: func(res runtime.ItemResult) { done <- res }}
+	r.Alone = true
+	enqueue(t, b, r)
+	if res := <-done; res.Err != nil || !started || r.BatchItems != 1 {
+		t.Errorf("deprecated Done: %+v, started %v, batch %d", res, started, r.BatchItems)
+	}
 }
 
 // TestBatcherDelayTrigger: a lone item runs MaxQueueDelay after its
@@ -813,7 +856,7 @@ func TestBatcherLoad(t *testing.T) {
 	c.mu.Lock()
 	for id, rs := range c.results {
 		if len(rs) != 1 {
-			t.Errorf("%s: Done called %d times", id, len(rs))
+			t.Errorf("%s: Finished called %d times", id, len(rs))
 			continue
 		}
 		r := rs[0]

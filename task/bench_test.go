@@ -117,6 +117,35 @@ func BenchmarkDecodeImage(b *testing.B) {
 			}
 		}
 	})
+	b.Run("encoding-json-envelope", func(b *testing.B) {
+		// The alternative to the hand walk: encoding/json reads the
+		// envelope, json.RawMessage holds the data, the number decoder
+		// decodes it.
+		body, _, _ := NewTask("t", "resnet", []tensor.Tensor{img})
+		b.SetBytes(int64(len(body)))
+		b.ReportAllocs()
+		for b.Loop() {
+			var env struct {
+				TaskID   string `json:"task_id"`
+				TaskName string `json:"task_name"`
+				Kwargs   struct {
+					Inputs []struct {
+						Name     string          `json:"name"`
+						Shape    []int64         `json:"shape"`
+						Datatype string          `json:"datatype"`
+						Data     json.RawMessage `json:"data"`
+					} `json:"inputs"`
+				} `json:"kwargs"`
+			}
+			if err := json.Unmarshal(body, &env); err != nil {
+				b.Fatal(err)
+			}
+			data := env.Kwargs.Inputs[0].Data
+			if _, _, _, err := decodeArray(data, 0, tensor.FP32, 3*224*224*4, 1<<30); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("decoder-only", func(b *testing.B) {
 		b.SetBytes(int64(len(nested)))
 		b.ReportAllocs()

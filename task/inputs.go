@@ -180,7 +180,10 @@ func (w *wireTensor) decodeNow(b []byte, v int, max int64) (int, bool) {
 // name the input (those over lim.MaxTensorElements wrap ErrTooLarge too).
 func (t *Task) Inputs(model tensor.ModelInfo, lim Limits) ([]tensor.Tensor, error) {
 	lim = lim.withDefaults()
-	r := inputReader{model: model, budget: lim.MaxTensorElements, out: make([]tensor.Tensor, len(model.Inputs))}
+	r := inputReader{model: model, budget: lim.MaxTensorElements, out: make([]tensor.Tensor, len(model.Inputs)), path: t.inputsPath}
+	if r.path == "" {
+		r.path = "kwargs.inputs"
+	}
 	for _, in := range model.Inputs {
 		if !in.DType.Valid() {
 			return nil, fmt.Errorf("%w: input %q: the model's type %s cannot be carried", ErrBadInput, in.Name, in.ONNXType)
@@ -216,7 +219,8 @@ type inputReader struct {
 	model  tensor.ModelInfo
 	budget int64 // elements left under the limit
 	out    []tensor.Tensor
-	off    int // binary bytes consumed
+	off    int    // binary bytes consumed
+	path   string // where form 1's list sits, for errors
 }
 
 func (r *inputReader) names() string {
@@ -296,7 +300,7 @@ func (r *inputReader) oip(list []wireTensor, binary bool, bin []byte) error {
 			if w.problem == "" {
 				w.problem = "no name"
 			}
-			return fmt.Errorf("%w: kwargs.inputs[%d]: %s", ErrBadInput, k, w.problem)
+			return fmt.Errorf("%w: %s[%d]: %s", ErrBadInput, r.path, k, w.problem)
 		}
 		if w.problem != "" {
 			return badInput(name, "%s", w.problem)

@@ -1,6 +1,7 @@
 package task
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"strconv"
@@ -27,35 +28,24 @@ func (p Progress) Encode() (body []byte, tags map[string]string) {
 	return body, map[string]string{TagTaskID: p.TaskID, TagPct: strconv.Itoa(p.Pct)}
 }
 
-// ParseProgress reads a progress event body. pct may be any number (it is
-// rounded); a missing detail is empty. Errors wrap ErrMalformed.
+// ParseProgress reads a progress event body with encoding/json. pct may
+// be any number (it is rounded); a missing detail is empty. Errors wrap
+// ErrMalformed.
 func ParseProgress(body []byte) (Progress, error) {
-	var p Progress
-	start := skipWS(body, 0)
-	if start >= len(body) || body[start] != '{' {
-		return p, fmt.Errorf("%w: progress: want a JSON object", ErrMalformed)
+	var w struct {
+		TaskID string   `json:"task_id"`
+		Pct    *float64 `json:"pct"`
+		Detail string   `json:"detail"`
 	}
-	end, err := eachMember(body, start, func(key []byte, v int) (int, error) {
-		switch string(key) {
-		case "task_id":
-			return strField(body, v, &p.TaskID, "task_id")
-		case "detail":
-			return strField(body, v, &p.Detail, "detail")
-		case "pct":
-			f, end, err := parseFloat(body, v)
-			if err != nil || !(math.Abs(f) <= math.MaxInt32) {
-				return end, fmt.Errorf("pct: want a number")
-			}
-			p.Pct = int(math.Round(f))
-			return end, nil
+	if err := json.Unmarshal(body, &w); err != nil {
+		return Progress{}, fmt.Errorf("%w: progress: %v", ErrMalformed, jsonError(err))
+	}
+	p := Progress{TaskID: w.TaskID, Detail: w.Detail}
+	if w.Pct != nil {
+		if !(math.Abs(*w.Pct) <= math.MaxInt32) {
+			return Progress{}, fmt.Errorf("%w: progress: pct: want a number", ErrMalformed)
 		}
-		return skipValue(body, v, 1)
-	})
-	if err == nil && skipWS(body, end) != len(body) {
-		err = synErr(end, "data after the JSON object")
-	}
-	if err != nil {
-		return Progress{}, fmt.Errorf("%w: progress: %v", ErrMalformed, err)
+		p.Pct = int(math.Round(*w.Pct))
 	}
 	return p, nil
 }

@@ -50,38 +50,22 @@ func (q *QueryResponse) Encode() (body []byte, tags map[string]string) {
 	return withBinary(body, q.Binary, tags), tags
 }
 
-// ParseQueryResponse reads a query response body. Result and Binary alias
-// body. Errors wrap ErrMalformed.
+// ParseQueryResponse reads a query response body with encoding/json.
+// Binary aliases body; Result is a copy. Errors wrap ErrMalformed.
 func ParseQueryResponse(body []byte) (*QueryResponse, error) {
-	q := &QueryResponse{}
-	bin, err := jsonThenBinary(body, func(b []byte, start int) (int, error) {
-		return eachMember(b, start, func(key []byte, v int) (int, error) {
-			switch string(key) {
-			case "status":
-				var s string
-				end, err := strField(b, v, &s, "status")
-				q.Status = Status(s)
-				return end, err
-			case "error":
-				return strField(b, v, &q.Error, "error")
-			case "result":
-				end, err := skipValue(b, v, 1)
-				if err == nil && !isNull(b, v) {
-					q.Result = b[v:end:end]
-				}
-				return end, err
-			}
-			return skipValue(b, v, 1)
-		})
-	})
+	var w struct {
+		Status Status  `json:"status"`
+		Result rawJSON `json:"result"`
+		Error  string  `json:"error"`
+	}
+	bin, err := jsonThenBinary(body, &w)
 	if err != nil {
 		return nil, fmt.Errorf("%w: query response: %v", ErrMalformed, err)
 	}
-	if q.Status == "" {
+	if w.Status == "" {
 		return nil, fmt.Errorf("%w: query response: no status", ErrMalformed)
 	}
-	q.Binary = bin
-	return q, nil
+	return &QueryResponse{Status: w.Status, Result: w.Result, Error: w.Error, Binary: bin}, nil
 }
 
 // Response decodes the result as an InferResponse (see Record.Response).

@@ -1,8 +1,13 @@
 package task
 
 import (
+	"bytes"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"maps"
+	"reflect"
 	"slices"
 	"strconv"
 	"time"
@@ -148,112 +153,94 @@ func withBinary(body, bin []byte, tags map[string]string) []byte {
 }
 
 // ParseRecord reads a record body (JSON, optionally followed by binary
-// output data). Unknown fields are ignored; a null or unreadable time is
-// zero. Result and Binary alias body. Errors wrap ErrMalformed.
+// output data) with encoding/json. Unknown fields are ignored; a null or
+// unreadable time is zero. Binary aliases body; Result is a copy. Errors
+// wrap ErrMalformed.
 func ParseRecord(body []byte) (*Record, error) {
-	r := &Record{}
-	bin, err := jsonThenBinary(body, func(b []byte, start int) (int, error) {
-		return eachMember(b, start, func(key []byte, v int) (int, error) {
-			var err error
-			switch string(key) {
-			case "task_id":
-				return strField(b, v, &r.TaskID, "task_id")
-			case "status":
-				var s string
-				v, err = strField(b, v, &s, "status")
-				r.Status = Status(s)
-				return v, err
-			case "result":
-				end, err := skipValue(b, v, 1)
-				if err == nil && !isNull(b, v) {
-					r.Result = b[v:end:end]
-				}
-				return end, err
-			case "created_at":
-				return timeField(b, v, &r.CreatedAt)
-			case "completed_at":
-				return timeField(b, v, &r.CompletedAt)
-			case "error":
-				return strField(b, v, &r.Error, "error")
-			case "worker":
-				return strField(b, v, &r.Worker, "worker")
-			case "result_ref":
-				return strField(b, v, &r.ResultRef, "result_ref")
-			case "attempts":
-				if isNull(b, v) {
-					break
-				}
-				n, end, err := parseInt64(b, v)
-				if err != nil || n != int64(int32(n)) {
-					return end, fmt.Errorf("attempts: want an integer")
-				}
-				r.Attempts = int(n)
-				return end, nil
-			case "timings":
-				if b[v] != '{' {
-					break
-				}
-				r.Timings = map[string]float64{}
-				return eachMember(b, v, func(key []byte, v int) (int, error) {
-					f, end, err := parseFloat(b, v)
-					if err != nil {
-						return end, fmt.Errorf("timings: want numbers")
-					}
-					r.Timings[string(key)] = f
-					return end, nil
-				})
-			}
-			return skipValue(b, v, 1)
-		})
-	})
+	var w struct {
+		TaskID      string             `json:"task_id"`
+		Status      Status             `json:"status"`
+		Result      rawJSON            `json:"result"`
+		CreatedAt   jsonTime           `json:"created_at"`
+		CompletedAt jsonTime           `json:"completed_at"`
+		Error       string             `json:"error"`
+		Worker      string             `json:"worker"`
+		ResultRef   string             `json:"result_ref"`
+		Attempts    int32              `json:"attempts"`
+		Timings     map[string]float64 `json:"timings"`
+	}
+	bin, err := jsonThenBinary(body, &w)
 	if err != nil {
 		return nil, fmt.Errorf("%w: record: %v", ErrMalformed, err)
 	}
-	if r.TaskID == "" || r.Status == "" {
+	if w.TaskID == "" || w.Status == "" {
 		return nil, fmt.Errorf("%w: record: no task_id or status", ErrMalformed)
 	}
-	r.Binary = bin
-	return r, nil
+	return &Record{TaskID: w.TaskID, Status: w.Status, Result: w.Result, CreatedAt: w.CreatedAt.t, CompletedAt: w.CompletedAt.t,
+		Error: w.Error, Worker: w.Worker, ResultRef: w.ResultRef, Attempts: int(w.Attempts), Timings: w.Timings, Binary: bin}, nil
 }
 
-// jsonThenBinary runs read on the JSON object at the start of body and
+// jsonThenBinary decodes the JSON object at the start of body into v and
 // returns what follows it: the binary data, or nil when only white space
 // follows.
-func jsonThenBinary(body []byte, read func(b []byte, start int) (int, error)) ([]byte, error) {
-	start := skipWS(body, 0)
-	if start >= len(body) || body[start] != '{' {
-		return nil, synErr(start, "want a JSON object")
+func jsonThenBinary(body []byte, v any) ([]byte, error) {
+	if i := skipWS(body, 0); i >= len(body) || body[i] != '{' {
+		return nil, errors.New("want a JSON object")
 	}
-	end, err := read(body, start)
-	if err != nil {
-		return nil, err
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(v); err != nil {
+		return nil, jsonError(err)
 	}
+	end := int(dec.InputOffset())
 	if skipWS(body, end) == len(body) {
 		return nil, nil
 	}
 	return body[end:], nil
 }
 
-func strField(b []byte, v int, dst *string, name string) (int, error) {
-	if isNull(b, v) {
-		return v + 4, nil
+// jsonError says what encoding/json found wrong in this package's words:
+// the member and what it should be, or where the syntax breaks.
+func jsonError(err error) error {
+	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
+		want := "a " + te.Type.Kind().String()
+		switch te.Type.Kind() {
+		case reflect.Int, reflect.Int32, reflect.Int64:
+			want = "an integer"
+		case reflect.Float64:
+			want = "a number"
+		case reflect.Map, reflect.Struct:
+			want = "an object"
+		}
+		return fmt.Errorf("%s: want %s", te.Field, want)
 	}
-	if b[v] != '"' {
-		end, _ := skipValue(b, v, 1)
-		return end, fmt.Errorf("%s: want a string", name)
+	if se, ok := errors.AsType[*json.SyntaxError](err); ok {
+		return fmt.Errorf("invalid JSON at offset %d: %v", se.Offset, se)
 	}
-	s, end, err := parseString(b, v)
-	*dst = s
-	return end, err
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return errors.New("invalid JSON: unexpected end")
+	}
+	return err
 }
 
-func timeField(b []byte, v int, dst *time.Time) (int, error) {
-	if b[v] != '"' {
-		return skipValue(b, v, 1)
+// rawJSON keeps a member's raw JSON (nil for null).
+type rawJSON []byte
+
+func (r *rawJSON) UnmarshalJSON(b []byte) error {
+	if string(b) != "null" {
+		*r = append((*r)[:0], b...)
 	}
-	s, end, err := parseString(b, v)
-	*dst, _ = ParseTime(s)
-	return end, err
+	return nil
+}
+
+// jsonTime reads a time as ParseTime does; anything else is zero.
+type jsonTime struct{ t time.Time }
+
+func (j *jsonTime) UnmarshalJSON(b []byte) error {
+	var s string
+	if json.Unmarshal(b, &s) == nil {
+		j.t, _ = ParseTime(s)
+	}
+	return nil
 }
 
 // InferResponse is the Open Inference Protocol response that is an
@@ -463,4 +450,18 @@ func decodeOutput(w wireTensor, bin []byte, off *int) (OutputTensor, error) {
 	}
 	o.Data = data
 	return o, nil
+}
+
+// strField reads a string member (null is empty) of the hand walk.
+func strField(b []byte, v int, dst *string, name string) (int, error) {
+	if isNull(b, v) {
+		return v + 4, nil
+	}
+	if b[v] != '"' {
+		end, _ := skipValue(b, v, 1)
+		return end, fmt.Errorf("%s: want a string", name)
+	}
+	s, end, err := parseString(b, v)
+	*dst = s
+	return end, err
 }

@@ -1,0 +1,295 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/inferq/inferq/task"
+	"github.com/inferq/inferq/tensor"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Admission: the one step that turns what arrived (a queued task, a sync
+// query, an Open Inference Protocol infer request) into a runnable request
+// or a verdict, with the same limits and the same error texts on every
+// path. It reads the body, the tags and a model table, and writes nothing:
+// what happens to a refused request (a record, the unprocessable queue, an
+// HTTP status) is its caller's business.
+
+// source is where a request came from.
+type source uint8
+
+const (
+	fromQueue source = iota // a queued task
+	fromQuery               // a KubeMQ sync query
+	fromHTTP                // an Open Inference Protocol infer request
+)
+
+// noun names a request of the source in errors.
+func (s source) noun() string {
+	switch s {
+	case fromQuery:
+		return "query"
+	case fromHTTP:
+		return "request"
+	}
+	return "task"
+}
+
+// verdict is admission's decision: run, or why not.
+type verdict uint8
+
+const (
+	admitRun          verdict = iota
+	admitUndecodable          // not a request at all: nothing to answer it by
+	admitUnknownModel         // task_name (or the URL) names no model served here
+	admitBadInput             // does not fit the model or the format
+	admitTooLarge             // over the model's body or tensor limits
+	admitExpired              // past its deadline before it ran
+	admitCancelled            // its record reads CANCELLED
+)
+
+// label is the verdict's outcome label in the metrics.
+func (v verdict) label() string {
+	switch v {
+	case admitUndecodable:
+		return OutcomeUnprocessable
+	case admitUnknownModel:
+		return OutcomeUnknownModel
+	case admitBadInput, admitTooLarge:
+		return OutcomeBadInput
+	case admitExpired:
+		return OutcomeExpired
+	case admitCancelled:
+		return OutcomeCancelled
+	}
+	return ""
+}
+
+// modelTable is the models a request may name: a queue's (by task_name),
+// or every served model (HTTP, by URL).
+type modelTable struct {
+	where  string // "queue <name>" or "this server", for errors
+	byName map[string]*Model
+	first  *Model      // the first configured: it answers a body too large to name one
+	limits task.Limits // the loosest of its models', for the envelope
+}
+
+func newModelTable(where string) *modelTable {
+	return &modelTable{where: where, byName: map[string]*Model{}}
+}
+
+func (mt *modelTable) add(m *Model) error {
+	if _, dup := mt.byName[m.Config.Name]; dup {
+		return fmt.Errorf("consumer: model %q configured twice", m.Config.Name)
+	}
+	mt.byName[m.Config.Name] = m
+	if mt.first == nil {
+		mt.first = m
+	}
+	// A model without a limit has the default one, which counts here.
+	elems := m.Config.Limits.MaxTensorElements
+	if elems <= 0 {
+		elems = task.DefaultMaxTensorElements
+	}
+	mt.limits.MaxBodyBytes = max(mt.limits.MaxBodyBytes, bodyLimit(m))
+	mt.limits.MaxTensorElements = max(mt.limits.MaxTensorElements, elems)
+	return nil
+}
+
+// unknown is the error for a name the table lacks.
+func (mt *modelTable) unknown(name string) error {
+	names := make([]string, 0, len(mt.byName))
+	for n := range mt.byName {
+		names = append(names, strconv.Quote(n))
+	}
+	slices.Sort(names)
+	return fmt.Errorf("unknown model %q: %s serves %s", name, mt.where, strings.Join(names, ", "))
+}
+
+// recordReader finds a task's stored record; Store satisfies it.
+type recordReader interface {
+	Get(taskID string) ([]byte, bool)
+}
+
+// admission is one request to admit.
+type admission struct {
+	from source
+	body []byte
+	// tags are the message's tags; for HTTP the trace headers
+	// (traceparent, tracestate).
+	tags map[string]string
+	// headerLen (HTTP) is the Inference-Header-Content-Length header.
+	headerLen string
+	// model (HTTP) is the model the URL names.
+	model    string
+	received time.Time
+	// records, when set, is asked whether the task was cancelled (queued
+	// tasks only: a sync caller cancels by hanging up).
+	records recordReader
+	// traced asks for the caller's span context (tracing is on).
+	traced bool
+}
+
+// admitted is admission's answer: a runnable request when verdict is
+// admitRun, else the verdict and err, which says why in words the caller
+// can store or send as they are.
+type admitted struct {
+	verdict verdict
+	err     error
+	// task is nil only when undecodable.
+	task *task.Task
+	// model is nil when undecodable or unknown.
+	model    *Model
+	inputs   []tensor.Tensor
+	outputs  []string  // nil: every output
+	deadline time.Time // zero: none
+	priority bool      // sync requests run ahead of queued tasks
+	// remote is the caller's span (traceparent), when traced.
+	remote trace.SpanContext
+}
+
+// admit reads in against the models of mt. Safe for concurrent use; it
+// changes nothing but what it returns.
+func admit(in admission, mt *modelTable) (a admitted) {
+	a.priority = in.from != fromQueue
+	var err error
+	if in.from == fromHTTP {
+		if a.model = mt.byName[in.model]; a.model == nil {
+			return refuse(a, admitUnknownModel, mt.unknown(in.model))
+		}
+		if err := checkBody(a.model, int64(len(in.body))); err != nil {
+			return refuse(a, admitTooLarge, err)
+		}
+		a.task, err = task.ParseInfer(in.body, in.headerLen, modelLimits(a.model))
+		if a.task == nil {
+			if errors.Is(err, task.ErrUndecodable) {
+				return refuse(a, admitUndecodable, fmt.Errorf("undecodable %s: %w", in.from.noun(), err))
+			}
+			return refuse(a, inputVerdict(err), fmt.Errorf("model %q: %w", a.model.Config.Name, err))
+		}
+	} else {
+		parse := task.Parse
+		if in.from == fromQuery {
+			parse = task.ParseQuery
+		}
+		if a.task, err = parse(in.body, in.tags, mt.limits); a.task == nil {
+			return refuse(a, admitUndecodable, fmt.Errorf("undecodable %s: %w", in.from.noun(), err))
+		}
+		a.model = mt.byName[a.task.Name]
+		if a.model == nil && errors.Is(err, task.ErrTooLarge) {
+			// Too large to read its task_name: the table's first model
+			// answers for it, with the size error.
+			a.model = mt.first
+		}
+		if a.model == nil {
+			return refuse(a, admitUnknownModel, mt.unknown(a.task.Name))
+		}
+	}
+	if in.traced {
+		ctx := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier(in.tags))
+		a.remote = trace.SpanContextFromContext(ctx)
+	}
+	if errors.Is(err, task.ErrTooLarge) {
+		if e := checkBody(a.model, int64(len(in.body))); e != nil {
+			return refuse(a, admitTooLarge, e)
+		}
+	}
+	if err != nil {
+		return refuse(a, inputVerdict(err), limitHint(a.model, fmt.Errorf("model %q: %w", a.model.Config.Name, err)))
+	}
+	a.deadline = deadline(a.task, a.model, in.received)
+	if !a.deadline.IsZero() && !in.received.Before(a.deadline) {
+		return refuse(a, admitExpired, fmt.Errorf("deadline exceeded: the %s expired at %s, before inference started", in.from.noun(), task.FormatTime(a.deadline)))
+	}
+	if in.records != nil && cancelled(in.records, a.task.ID) {
+		return refuse(a, admitCancelled, errors.New("cancelled before inference started"))
+	}
+	if err := checkBody(a.model, int64(len(in.body))); err != nil {
+		return refuse(a, admitTooLarge, err)
+	}
+	if a.inputs, err = a.task.Inputs(a.model.Info, modelLimits(a.model)); err != nil {
+		return refuse(a, inputVerdict(err), limitHint(a.model, fmt.Errorf("model %q: %w", a.model.Config.Name, err)))
+	}
+	a.outputs = a.task.OutputNames()
+	return a
+}
+
+func refuse(a admitted, v verdict, err error) admitted {
+	a.verdict, a.err, a.inputs = v, err, nil
+	return a
+}
+
+func inputVerdict(err error) verdict {
+	if errors.Is(err, task.ErrTooLarge) {
+		return admitTooLarge
+	}
+	return admitBadInput
+}
+
+// modelLimits are m's limits for reading a request.
+func modelLimits(m *Model) task.Limits {
+	return task.Limits{MaxBodyBytes: int64(m.Config.Limits.MaxBodyBytes), MaxTensorElements: m.Config.Limits.MaxTensorElements}
+}
+
+// bodyLimit is the most bytes a request body for m may hold.
+func bodyLimit(m *Model) int64 {
+	if n := int64(m.Config.Limits.MaxBodyBytes); n > 0 {
+		return n
+	}
+	return task.DefaultMaxBodyBytes
+}
+
+// checkBody is the one body-size rule of every path: n bytes (-1 when
+// the size is not known, only that it is over) against m's limit.
+func checkBody(m *Model, n int64) error {
+	limit := bodyLimit(m)
+	switch {
+	case n < 0:
+		return fmt.Errorf("model %q: %w: body over the limit of %d bytes (limits.max_body_bytes)", m.Config.Name, task.ErrTooLarge, limit)
+	case n > limit:
+		return fmt.Errorf("model %q: %w: body of %d bytes is over the limit of %d bytes (limits.max_body_bytes)", m.Config.Name, task.ErrTooLarge, n, limit)
+	}
+	return nil
+}
+
+// limitHint names the config fields behind a size error.
+func limitHint(m *Model, err error) error {
+	if !errors.Is(err, task.ErrTooLarge) {
+		return err
+	}
+	return fmt.Errorf("%w (model %q: limits.max_body_bytes %d, limits.max_tensor_elements %d)",
+		err, m.Config.Name, m.Config.Limits.MaxBodyBytes, m.Config.Limits.MaxTensorElements)
+}
+
+// deadline is when t expires: its own timeout_ms, else the model's
+// timeout, from created_at (or receipt); zero when neither is set.
+func deadline(t *task.Task, m *Model, received time.Time) time.Time {
+	if d, ok := t.Deadline(received); ok {
+		return d
+	}
+	if m.Config.Timeout <= 0 {
+		return time.Time{}
+	}
+	base := t.CreatedAt
+	if base.IsZero() {
+		base = received
+	}
+	return base.Add(m.Config.Timeout.D())
+}
+
+// cancelled reports whether the task's stored record reads CANCELLED.
+func cancelled(records recordReader, taskID string) bool {
+	body, ok := records.Get(taskID)
+	if !ok {
+		return false
+	}
+	r, err := task.ParseRecord(body)
+	return err == nil && r.Status == task.StatusCancelled
+}

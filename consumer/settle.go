@@ -1,0 +1,369 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
+	"github.com/inferq/inferq/models"
+	"github.com/inferq/inferq/mq"
+	"github.com/inferq/inferq/results"
+	"github.com/inferq/inferq/runtime"
+	"github.com/inferq/inferq/task"
+)
+
+// Settling: every taken message ends here, in a writer. decide turns what
+// is known of its job into a settlement (a value: store this record, then
+// ack, retry after d, dead-letter, forward as unprocessable, or give back),
+// and Server.settle carries it out, the one place that stores records and
+// acks, nacks, resends or forwards messages.
+
+// job is one taken message from intake to settlement. It is the Owner of
+// its runtime.Request: the batcher tells it when the run starts and hands
+// the finished request back, result included.
+type job struct {
+	s        *Server
+	q        *queue
+	msg      *mq.Message
+	received time.Time
+	enqueued time.Time
+
+	adm     admitted // the task, its model, and the verdict
+	attempt int
+	crashes int  // attempts that ended with a crash of the process
+	lost    bool // the crash budget is spent: it must not run
+
+	req    runtime.Request // the run; req.Result once finished
+	ran    bool            // req was accepted by the batcher
+	cancel context.CancelFunc
+
+	// root carries the task's SpanReceive, stage its open stage span; both
+	// nil while tracing is off.
+	root, stage context.Context
+}
+
+// RunStarting records the attempt right before the run starts, so that a
+// crash counts only against the tasks that were running.
+func (j *job) RunStarting(r *runtime.Request) {
+	if err := j.s.journal.Start(j.msg.ID); err != nil {
+		j.s.log.Error("attempt journal write failed; a crash during this task would not be counted", "err", err)
+	}
+	j.s.pub.progress(j.q.name, j.adm.task.ID, PctRunning, runningDetail(r.BatchItems))
+	j.stage = j.s.trace.inferStage(j.root, j.stage, r.BatchItems)
+}
+
+// Finished hands the finished run to the writers. It blocks while they
+// are all busy, which holds the batcher back: backpressure, not loss.
+func (j *job) Finished(r *runtime.Request) {
+	j.cancel()
+	// The run is over: a crash from now on is not this task's doing.
+	j.s.journal.Done(j.msg.ID)
+	endSpan(j.stage, r.Result.Err)
+	j.stage = nil
+	j.s.write <- j
+}
+
+// action is what settling does with a message once its record (if any) is
+// stored.
+type action uint8
+
+const (
+	actAck           action = iota // done: ack
+	actRetry                       // resend after delay (NAck when 0)
+	actDeadLetter                  // move to the dead letter queue, alert
+	actUnprocessable               // forward raw to the unprocessable queue
+	actGiveBack                    // NAck, no record: shutdown, it never ran
+)
+
+// settlement is the outcome of a job.
+type settlement struct {
+	action action
+	// status is the record to store first; "" stores none.
+	status task.Status
+	// err is the record's error, and the reason given to the dead letter
+	// or unprocessable queue.
+	err   error
+	delay time.Duration // actRetry
+	label string        // inferq_tasks_total's outcome
+	// attempts is the attempt count the record and the DLQ tags carry.
+	attempts int
+}
+
+// facts are what decide reads of a job.
+type facts struct {
+	verdict verdict // admission's
+	why     error   // admission's reason
+	lost    bool    // the crash budget was spent before it ran
+	result  error   // the run's error, nil for a success
+	attempt int
+	limit   int // attempts allowed
+	crashes int
+	retries models.Retries
+}
+
+// decide computes a job's settlement. It has no effects; jitter comes from
+// the backoff.
+func decide(f facts) settlement {
+	o := settlement{status: task.StatusFailure, attempts: f.attempt}
+	switch f.verdict {
+	case admitRun:
+	case admitUndecodable:
+		o.action, o.status, o.err, o.label = actUnprocessable, "", f.why, OutcomeUnprocessable
+		return o
+	case admitUnknownModel:
+		o.action, o.err, o.label = actUnprocessable, f.why, OutcomeUnknownModel
+		return o
+	case admitBadInput, admitTooLarge:
+		o.action, o.err, o.label = actDeadLetter, f.why, OutcomeBadInput
+		return o
+	case admitExpired:
+		o.action, o.err, o.label = actAck, f.why, OutcomeExpired
+		return o
+	case admitCancelled:
+		o.action, o.status, o.err, o.label = actAck, task.StatusCancelled, f.why, OutcomeCancelled
+		return o
+	}
+	err := f.result
+	switch {
+	case f.lost:
+		o.action, o.label, o.attempts = actDeadLetter, OutcomeFailure, f.limit
+		o.err = fmt.Errorf("worker lost during inference: the process ended during %d attempt(s) of this task; attempts exhausted (%d)", f.crashes, f.limit)
+	case err == nil:
+		o.action, o.status, o.label = actAck, task.StatusSuccess, OutcomeSuccess
+	case errors.Is(err, runtime.ErrInvalidInput):
+		o.action, o.err, o.label = actDeadLetter, err, OutcomeBadInput
+	case errors.Is(err, context.DeadlineExceeded):
+		o.action, o.err, o.label = actAck, fmt.Errorf("deadline exceeded before inference started: %w", err), OutcomeExpired
+	case errors.Is(err, context.Canceled), errors.Is(err, runtime.ErrClosed):
+		// Shutdown caught it before its run: back to the queue, uncounted.
+		o.action, o.status, o.err, o.label = actGiveBack, "", err, ""
+	case f.attempt >= f.limit:
+		o.action, o.err, o.label = actDeadLetter, fmt.Errorf("attempt %d of %d: %w", f.attempt, f.limit, err), OutcomeFailure
+	default:
+		o.action, o.status, o.err, o.label = actRetry, "", err, OutcomeRetry
+		o.delay = retryDelay(f.retries, f.attempt)
+	}
+	return o
+}
+
+// retryDelay is the delay before attempt+1: exponential from
+// backoff_initial, doubling, capped at backoff_max, with jitter over its
+// upper half; 0 (an immediate NAck) when backoff_initial is 0.
+func retryDelay(r models.Retries, attempt int) time.Duration {
+	initial, maxDelay := r.BackoffInitial.D(), r.BackoffMax.D()
+	if initial <= 0 || maxDelay <= 0 {
+		return 0
+	}
+	// The interval of attempt n is initial x 2^(n-1), capped; a
+	// randomization factor of 1/3 around 3/4 of it spreads the delay over
+	// [1/2, 1] of it.
+	b := &backoff.ExponentialBackOff{
+		InitialInterval:     initial * 3 / 4,
+		RandomizationFactor: 1.0 / 3,
+		Multiplier:          2,
+		MaxInterval:         maxDelay * 3 / 4,
+	}
+	b.Reset()
+	var d time.Duration
+	for range max(attempt, 1) {
+		d = b.NextBackOff()
+	}
+	return min(d, maxDelay)
+}
+
+// facts gathers what decide needs of j.
+func (j *job) facts() facts {
+	f := facts{verdict: j.adm.verdict, why: j.adm.err, lost: j.lost, result: j.req.Result.Err,
+		attempt: j.attempt, crashes: j.crashes}
+	if m := j.adm.model; m != nil {
+		f.limit = maxAttempts(m, j.msg)
+		f.retries = m.Config.Retries
+	}
+	return f
+}
+
+func (s *Server) writeLoop(ctx context.Context) {
+	for {
+		select {
+		case j := <-s.write:
+			s.settle(ctx, j)
+		case <-ctx.Done():
+			for {
+				select {
+				case j := <-s.write:
+					s.settle(ctx, j)
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+// settle decides j's settlement and carries it out: the record first, then
+// the message. A record that cannot be stored NAcks the message, so that
+// nothing is lost (an unprocessable message is forwarded all the same: its
+// record is a courtesy).
+func (s *Server) settle(ctx context.Context, j *job) {
+	defer s.inflight.Add(-1)
+	m, t := j.adm.model, j.adm.task
+	if m != nil {
+		defer m.met.inflight.Dec()
+	}
+	started := s.cfg.Now()
+	if m != nil && !j.enqueued.IsZero() {
+		m.met.infer.Observe(started.Sub(j.enqueued).Seconds())
+	}
+	o := decide(j.facts())
+	j.stage = s.trace.stage(j.root, j.stage, SpanStore)
+	defer func() {
+		endSpan(j.stage, nil)
+		endRoot(j.root, o.label, o.err)
+	}()
+	name := ""
+	if m != nil && o.action != actUnprocessable {
+		name = m.Config.Name
+	}
+	if o.status != "" {
+		rec := s.record(j, o)
+		if err := s.put(ctx, j, rec); err != nil {
+			s.log.Error("store failed; nacking so the task is not lost", "task_id", t.ID, "status", rec.Status, "err", err)
+			if o.action != actUnprocessable {
+				_ = j.msg.NAck()
+				return
+			}
+		}
+		if o.action == actAck && o.status == task.StatusSuccess {
+			m.met.store.Observe(s.cfg.Now().Sub(started).Seconds())
+		}
+	}
+	switch {
+	case o.label == OutcomeSuccess:
+		m.met.success.Inc()
+	case o.label != "":
+		s.met.Tasks.WithLabelValues(name, o.label).Inc()
+	}
+	switch o.action {
+	case actAck:
+		if err := j.msg.Ack(); err != nil {
+			s.log.Warn("ack failed after the record was stored", "task_id", t.ID, "err", err)
+		}
+		if o.status == task.StatusSuccess {
+			s.pub.progress(j.q.name, t.ID, PctStored, "stored")
+		} else {
+			s.pub.progress(j.q.name, t.ID, PctFailed, "failed: "+errString(o.err))
+		}
+	case actRetry:
+		s.retry(ctx, j, o)
+	case actDeadLetter:
+		s.pub.progress(j.q.name, t.ID, PctFailed, "failed: "+errString(o.err))
+		s.deadLetter(ctx, j, o)
+	case actUnprocessable:
+		s.forward(ctx, j, o)
+	case actGiveBack:
+		_ = j.msg.NAck()
+	}
+}
+
+// retry resends the message after o.delay with the next attempt number, or
+// NAcks it for an immediate redelivery.
+func (s *Server) retry(ctx context.Context, j *job, o settlement) {
+	t, limit := j.adm.task, maxAttempts(j.adm.model, j.msg)
+	s.met.Retries.Inc()
+	s.pub.progress(j.q.name, t.ID, PctRetrying, fmt.Sprintf("retrying: attempt %d of %d failed: %v", j.attempt, limit, o.err))
+	if o.delay <= 0 {
+		if err := j.msg.NAck(); err != nil {
+			s.log.Warn("nack for retry failed", "task_id", t.ID, "err", err)
+		}
+		return
+	}
+	s.log.Info("retrying task", "task_id", t.ID, "model", j.adm.model.Config.Name, "attempt", j.attempt, "of", limit, "delay", o.delay, "err", o.err)
+	if err := s.sender.Retry(ctx, j.msg, o.delay, j.attempt+1); err != nil {
+		s.log.Warn("delayed resend failed; nacking instead", "task_id", t.ID, "err", err)
+		_ = j.msg.NAck()
+	}
+}
+
+// deadLetter moves the message to the producer's failed-task queue (or the
+// model's DLQ) and fires the alert.
+func (s *Server) deadLetter(ctx context.Context, j *job, o settlement) {
+	t, name := j.adm.task, j.adm.model.Config.Name
+	dest := j.msg.MaxReceiveQueue
+	if dest == "" || dest == j.q.name {
+		dest = j.adm.model.Config.DLQQueue
+	}
+	s.log.Warn("task failed for good; moving it to the dead letter queue", "task_id", t.ID, "model", name, "attempts", o.attempts, "dlq", dest, "err", o.err)
+	if err := s.sender.DeadLetter(ctx, j.msg, dest, errString(o.err), o.attempts); err != nil {
+		s.log.Error("move to the dead letter queue failed; nacking", "task_id", t.ID, "err", err)
+		_ = j.msg.NAck()
+		return
+	}
+	s.met.DLQ.Inc()
+	s.alert.fire(Alert{TaskID: t.ID, Model: name, Queue: j.q.name, DLQ: dest, Error: errString(o.err),
+		Attempts: o.attempts, Time: task.FormatTime(s.cfg.Now())})
+}
+
+// forward sends the message raw to its queue's unprocessable queue, then
+// acks it; a failed forward NAcks it so nothing is lost.
+func (s *Server) forward(ctx context.Context, j *job, o settlement) {
+	dest := j.q.table.first.Config.UnprocessableQueue
+	s.met.Unprocessable.Inc()
+	if o.label != OutcomeUnprocessable {
+		s.met.Tasks.WithLabelValues("", OutcomeUnprocessable).Inc()
+	}
+	s.log.Warn("unprocessable message", "queue", j.q.name, "msg", j.msg, "to", dest, "err", o.err)
+	if err := s.sender.Forward(ctx, j.msg, dest, map[string]string{mq.TagError: errString(o.err), mq.TagOrigin: j.q.name}); err != nil {
+		s.log.Error("forward to unprocessable queue failed; nacking", "msg", j.msg, "err", err)
+		_ = j.msg.NAck()
+	}
+}
+
+// record builds the result record of a job.
+func (s *Server) record(j *job, o settlement) *task.Record {
+	t := j.adm.task
+	rec := &task.Record{
+		TaskID:      t.ID,
+		Status:      o.status,
+		CreatedAt:   t.CreatedAt,
+		CompletedAt: s.cfg.Now(),
+		Attempts:    o.attempts,
+		Worker:      s.cfg.Worker,
+	}
+	if o.err != nil {
+		rec.Error = o.err.Error()
+	}
+	if o.status == task.StatusSuccess {
+		m := j.adm.model
+		resp := task.NewInferResponse(m.Config.Name, m.Version, j.req.Result.Outputs, t)
+		result, bin, err := resp.Encode()
+		if err != nil {
+			rec.Status, rec.Error = task.StatusFailure, "encoding the result: "+err.Error()
+		} else {
+			rec.Result, rec.Binary = result, bin
+		}
+	}
+	return rec
+}
+
+// put stores rec for j's task.
+func (s *Server) put(ctx context.Context, j *job, rec *task.Record) error {
+	t := j.adm.task
+	body, _ := rec.Encode()
+	e := results.Entry{TaskID: t.ID, Status: string(rec.Status), Terminal: rec.Status.Terminal(),
+		Body: body, ReplyTo: t.ReplyTo, CreatedAt: t.CreatedAt}
+	if m := j.adm.model; m != nil && len(body) > m.Config.Result.MaxResultBytes {
+		sub := *rec
+		sub.Result, sub.Binary, sub.ResultRef = nil, nil, "/v1/tasks/"+t.ID
+		e.Substitute, _ = sub.Encode()
+	}
+	return s.cfg.Store.Put(ctx, e)
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}

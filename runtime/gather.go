@@ -1,0 +1,430 @@
+package runtime
+
+// The gathering state of a Batcher: shape groups, their queues and the
+// batches cut from them, owned by the goroutine of Batcher.Run.
+
+import (
+	"context"
+	"time"
+)
+
+// batch is one run's requests, cut from one shape group; gone are
+// requests of the group whose context had ended, to be answered by the
+// worker. Batches are recycled: there are at most as many as run slots.
+type batch struct {
+	reqs   []*Request
+	items  []Item
+	gone   []*Request
+	runner int
+}
+
+// gatherer is the state owned by Run's goroutine.
+type gatherer struct {
+	b         *Batcher
+	max       int
+	delay     time.Duration
+	preferred []int
+
+	groups  map[uint64]*shapeGroup // by shape hash; collisions chained
+	active  []*shapeGroup          // groups holding requests
+	spare   []*shapeGroup
+	pending int // requests held in groups
+
+	work     []chan *batch // per runner, room for Concurrency
+	freed    chan *batch   // batches back from workers, room for every slot
+	busy     []int         // runs in flight per runner
+	idle     int           // free run slots
+	next     int           // runner to try first, for spreading ties
+	batches  []*batch      // spare batches
+	timer    *time.Timer
+	timerSet bool
+	timerAt  time.Time
+}
+
+func newGatherer(b *Batcher) *gatherer {
+	slots := len(b.runners) * b.conc
+	g := &gatherer{
+		b:         b,
+		max:       b.policy.MaxBatchSize,
+		delay:     b.policy.MaxQueueDelay,
+		preferred: b.policy.PreferredBatchSizes,
+		groups:    make(map[uint64]*shapeGroup),
+		work:      make([]chan *batch, len(b.runners)),
+		freed:     make(chan *batch, slots),
+		busy:      make([]int, len(b.runners)),
+		idle:      slots,
+		timer:     time.NewTimer(time.Hour),
+	}
+	g.timer.Stop()
+	for i := range g.work {
+		g.work[i] = make(chan *batch, b.conc)
+	}
+	for range slots {
+		g.batches = append(g.batches, &batch{reqs: make([]*Request, 0, min(g.max, 64))})
+	}
+	return g
+}
+
+// gather is the main loop: take requests, run what is ready, until ctx
+// ends or Close.
+func (g *gatherer) gather(ctx context.Context) {
+	b := g.b
+	for {
+		g.dispatch(false)
+		g.arm()
+		select {
+		case r := <-b.prio:
+			g.add(r)
+		case r := <-b.normal:
+			g.add(r)
+		case bt := <-g.freed:
+			g.release(bt)
+		case <-g.timer.C:
+			g.timerSet = false
+		case <-ctx.Done():
+			return
+		case <-b.closing:
+			return
+		}
+		// Take whatever else is there before deciding: batches fill,
+		// priority requests are seen, and a preferred size is only taken
+		// when nothing else is immediately available.
+		g.drain()
+	}
+}
+
+// drain takes every request and finished batch immediately available,
+// priority requests first.
+func (g *gatherer) drain() {
+	b := g.b
+	for {
+		select {
+		case bt := <-g.freed:
+			g.release(bt)
+			continue
+		default:
+		}
+		select {
+		case r := <-b.prio:
+			g.add(r)
+			continue
+		default:
+		}
+		select {
+		case r := <-b.normal:
+			g.add(r)
+		default:
+			return
+		}
+	}
+}
+
+func (g *gatherer) release(bt *batch) {
+	g.busy[bt.runner]--
+	g.idle++
+	g.batches = append(g.batches, bt)
+}
+
+// add files r in its shape group.
+func (g *gatherer) add(r *Request) {
+	h := shapeHash(&r.Item)
+	first := g.groups[h]
+	sg := first
+	for sg != nil && !sameShape(&sg.head().Item, &r.Item) {
+		sg = sg.next
+	}
+	if sg == nil {
+		if n := len(g.spare); n > 0 {
+			sg = g.spare[n-1]
+			g.spare = g.spare[:n-1]
+		} else {
+			sg = new(shapeGroup)
+		}
+		sg.hash, sg.next = h, first
+		g.groups[h] = sg
+		sg.index = len(g.active)
+		g.active = append(g.active, sg)
+	}
+	if r.Priority {
+		sg.prio.push(r)
+	} else {
+		sg.normal.push(r)
+	}
+	sg.rows += r.rows
+	g.pending++
+}
+
+// remove drops an emptied group.
+func (g *gatherer) remove(sg *shapeGroup) {
+	last := g.active[len(g.active)-1]
+	g.active[sg.index] = last
+	last.index = sg.index
+	g.active = g.active[:len(g.active)-1]
+	if g.groups[sg.hash] == sg {
+		if sg.next != nil {
+			g.groups[sg.hash] = sg.next
+		} else {
+			delete(g.groups, sg.hash)
+		}
+	} else {
+		for p := g.groups[sg.hash]; p != nil; p = p.next {
+			if p.next == sg {
+				p.next = sg.next
+				break
+			}
+		}
+	}
+	*sg = shapeGroup{prio: sg.prio, normal: sg.normal}
+	if len(g.spare) < 64 {
+		g.spare = append(g.spare, sg)
+	}
+}
+
+// dispatch cuts and sends batches while a run slot is free and a group is
+// ready. stopping makes every group ready.
+func (g *gatherer) dispatch(stopping bool) {
+	var now time.Time
+	for g.idle > 0 && len(g.active) > 0 {
+		if now.IsZero() && !stopping {
+			now = time.Now()
+		}
+		var best *shapeGroup
+		var bestLimit int
+		var bestAt time.Time
+		for _, sg := range g.active {
+			limit := g.readyLimit(sg, now, stopping)
+			if limit == 0 {
+				continue
+			}
+			at := sg.oldest()
+			if best == nil || sg.prio.len() > 0 && best.prio.len() == 0 ||
+				(sg.prio.len() > 0) == (best.prio.len() > 0) && at.Before(bestAt) {
+				best, bestLimit, bestAt = sg, limit, at
+			}
+		}
+		if best == nil {
+			return
+		}
+		g.send(g.cut(best, bestLimit))
+		if best.prio.len()+best.normal.len() == 0 {
+			g.remove(best)
+		}
+	}
+}
+
+// readyLimit returns the rows to cut from sg now, or 0 if it should wait.
+func (g *gatherer) readyLimit(sg *shapeGroup, now time.Time, stopping bool) int {
+	// A priority request (a caller waiting: a query, an HTTP infer) does
+	// not wait out the delay: its group runs at the first free slot. Under
+	// load slots are busy, so its batch still fills meanwhile.
+	if stopping || sg.rows >= g.max || sg.prio.len() > 0 || !now.Before(sg.oldest().Add(g.delay)) {
+		return g.max
+	}
+	if len(g.preferred) == 0 {
+		return 0
+	}
+	// The largest preferred size that a prefix of the group adds up to.
+	best, sum, pi := 0, 0, 0
+	for _, q := range [2]*reqQueue{&sg.prio, &sg.normal} {
+		for _, r := range q.buf[q.head:] {
+			sum += r.rows
+			if sum > g.max {
+				return best
+			}
+			for pi < len(g.preferred) && g.preferred[pi] < sum {
+				pi++
+			}
+			if pi == len(g.preferred) {
+				return best
+			}
+			if g.preferred[pi] == sum {
+				best = sum
+			}
+		}
+	}
+	return best
+}
+
+// cut takes up to limit rows from sg's head, priority requests first; a
+// head item bigger than limit goes alone. Requests whose context has ended
+// go in the batch's gone list and count for nothing.
+func (g *gatherer) cut(sg *shapeGroup, limit int) *batch {
+	n := len(g.batches)
+	bt := g.batches[n-1]
+	g.batches = g.batches[:n-1]
+	rows := 0
+	for rows < limit {
+		q := &sg.prio
+		if q.len() == 0 {
+			q = &sg.normal
+		}
+		r := q.peek()
+		if r == nil {
+			break
+		}
+		if r.ctx.Err() == nil {
+			if len(bt.reqs) > 0 && rows+r.rows > limit {
+				break
+			}
+			bt.reqs = append(bt.reqs, r)
+			rows += r.rows
+		} else {
+			bt.gone = append(bt.gone, r)
+		}
+		q.pop()
+		sg.rows -= r.rows
+		g.pending--
+		<-g.b.tokens
+	}
+	return bt
+}
+
+// send hands bt to the runner with the fewest runs in flight.
+func (g *gatherer) send(bt *batch) {
+	n := len(g.busy)
+	best := -1
+	for k := range n {
+		i := (g.next + k) % n
+		if g.busy[i] < g.b.conc && (best < 0 || g.busy[i] < g.busy[best]) {
+			best = i
+		}
+	}
+	g.next = (best + 1) % n
+	g.busy[best]++
+	g.idle--
+	bt.runner = best
+	g.work[best] <- bt
+}
+
+// arm sets the timer for the earliest MaxQueueDelay to come, when a run
+// slot is free to take it.
+func (g *gatherer) arm() {
+	if g.idle == 0 || len(g.active) == 0 {
+		if g.timerSet {
+			g.timer.Stop()
+			g.timerSet = false
+		}
+		return
+	}
+	var at time.Time
+	for i, sg := range g.active {
+		if t := sg.oldest(); i == 0 || t.Before(at) {
+			at = t
+		}
+	}
+	at = at.Add(g.delay)
+	if g.timerSet && at.Equal(g.timerAt) {
+		return
+	}
+	g.timer.Reset(time.Until(at))
+	g.timerSet, g.timerAt = true, at
+}
+
+// shapeGroup holds the pending requests of one per-item shape.
+type shapeGroup struct {
+	hash   uint64
+	next   *shapeGroup
+	index  int // in gatherer.active
+	prio   reqQueue
+	normal reqQueue
+	rows   int
+}
+
+// head returns a request of the group, whose item stands for its shape;
+// groups are dropped when they empty, so there is one.
+func (sg *shapeGroup) head() *Request {
+	if r := sg.prio.peek(); r != nil {
+		return r
+	}
+	return sg.normal.peek()
+}
+
+// oldest returns the earliest Enqueued of the group's head requests.
+func (sg *shapeGroup) oldest() time.Time {
+	p, n := sg.prio.peek(), sg.normal.peek()
+	switch {
+	case p == nil:
+		return n.Enqueued
+	case n == nil || p.Enqueued.Before(n.Enqueued):
+		return p.Enqueued
+	}
+	return n.Enqueued
+}
+
+// reqQueue is a FIFO of requests that reuses its buffer.
+type reqQueue struct {
+	buf  []*Request
+	head int
+}
+
+func (q *reqQueue) len() int { return len(q.buf) - q.head }
+
+func (q *reqQueue) push(r *Request) {
+	if q.head > 0 && len(q.buf) == cap(q.buf) {
+		n := copy(q.buf, q.buf[q.head:])
+		clear(q.buf[n:])
+		q.buf, q.head = q.buf[:n], 0
+	}
+	q.buf = append(q.buf, r)
+}
+
+func (q *reqQueue) peek() *Request {
+	if q.head == len(q.buf) {
+		return nil
+	}
+	return q.buf[q.head]
+}
+
+func (q *reqQueue) pop() {
+	q.buf[q.head] = nil
+	q.head++
+	if q.head == len(q.buf) {
+		q.buf, q.head = q.buf[:0], 0
+	}
+}
+
+// itemRows is the item's row count against MaxBatchSize: dim 0 of its
+// first input, at least 1 (an item the model refuses still takes a place).
+func itemRows(it *Item) int {
+	if len(it.Inputs) == 0 || len(it.Inputs[0].Shape) == 0 || it.Inputs[0].Shape[0] < 1 {
+		return 1
+	}
+	return int(it.Inputs[0].Shape[0])
+}
+
+// shapeHash hashes what decides whether items can share a run: per input,
+// its name, datatype, rank and dims but dim 0 (FNV-1a).
+func shapeHash(it *Item) uint64 {
+	const prime = 1099511628211
+	h := uint64(14695981039346656037)
+	for i := range it.Inputs {
+		t := &it.Inputs[i]
+		for j := 0; j < len(t.Name); j++ {
+			h = (h ^ uint64(t.Name[j])) * prime
+		}
+		h = (h ^ uint64(t.DType)) * prime
+		h = (h ^ uint64(len(t.Shape))) * prime
+		for j := 1; j < len(t.Shape); j++ {
+			h = (h ^ uint64(t.Shape[j])) * prime
+		}
+	}
+	return h
+}
+
+func sameShape(a, b *Item) bool {
+	if len(a.Inputs) != len(b.Inputs) {
+		return false
+	}
+	for i := range a.Inputs {
+		s, t := &a.Inputs[i], &b.Inputs[i]
+		if s.Name != t.Name || s.DType != t.DType || len(s.Shape) != len(t.Shape) {
+			return false
+		}
+		for j := 1; j < len(s.Shape); j++ {
+			if s.Shape[j] != t.Shape[j] {
+				return false
+			}
+		}
+	}
+	return true
+}
