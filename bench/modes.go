@@ -148,15 +148,9 @@ func directRun(m *benchModel, bs int, log *slog.Logger) (*sampleRun, error) {
 	done := make(chan error, 1)
 	go func() { done <- b.Run(ctx) }()
 	start := func(ctx, wctx context.Context, _, n int, fin func(error)) error {
+		owner := &directOwner{m: m, fin: fin}
 		for range n {
-			r := &runtime.Request{Item: runtime.Item{Inputs: m.input()}}
-			r.Done = func(res runtime.ItemResult) {
-				if res.Err != nil {
-					fin(res.Err)
-					return
-				}
-				fin(m.check.tensors(res.Outputs))
-			}
+			r := &runtime.Request{Item: runtime.Item{Inputs: m.input()}, Owner: owner}
 			if err := b.Enqueue(ctx, r); err != nil {
 				fin(err)
 			}
@@ -168,6 +162,23 @@ func directRun(m *benchModel, bs int, log *slog.Logger) (*sampleRun, error) {
 		fill:  func() (int64, int64) { return bc.batches.Load(), bc.rows.Load() },
 		close: func() error { cancel(); return <-done },
 	}, nil
+}
+
+// directOwner checks the outputs of the direct mode's requests and reports
+// each to fin.
+type directOwner struct {
+	m   *benchModel
+	fin func(error)
+}
+
+func (*directOwner) RunStarting(*runtime.Request) {}
+
+func (o *directOwner) Finished(r *runtime.Request) {
+	if r.Result.Err != nil {
+		o.fin(r.Result.Err)
+		return
+	}
+	o.fin(o.m.check.tensors(r.Result.Outputs))
 }
 
 // producers are the bench's producer clients, one per --producers, made

@@ -175,7 +175,7 @@ type Request struct {
 	// would share its batch do not share its fate.
 	Alone bool
 	// Owner is told of the request's run (see Owner); the job that
-	// enqueued it, typically. Required unless Done is set.
+	// enqueued it, typically. Required.
 	Owner Owner
 	// BatchItems is set right before the run starts: the number of
 	// requests in the run this one is part of (itself included), for
@@ -189,13 +189,6 @@ type Request struct {
 	// Enqueued is set by Enqueue to the time it accepted the request;
 	// MaxQueueDelay and the observer's queue wait count from it.
 	Enqueued time.Time
-
-	// Done and Started are the callbacks of the request before Owner.
-	//
-	// Deprecated: set Owner. When Owner is nil, Finish calls Done with the
-	// result and Start calls Started.
-	Done    func(ItemResult)
-	Started func()
 
 	// ctx is the context given to Enqueue: a request whose context ends
 	// before its run starts is not run. Kept here rather than passed
@@ -225,23 +218,14 @@ type Owner interface {
 // its owner. Batchers call it (and fakes of one, in tests).
 func (r *Request) Start(n int) {
 	r.BatchItems = n
-	switch {
-	case r.Owner != nil:
-		r.Owner.RunStarting(r)
-	case r.Started != nil:
-		r.Started()
-	}
+	r.Owner.RunStarting(r)
 }
 
 // Finish sets r's result and tells its owner: the last thing a batcher
 // does with r.
 func (r *Request) Finish(res ItemResult) {
 	r.Result = res
-	if r.Owner != nil {
-		r.Owner.Finished(r)
-		return
-	}
-	r.Done(res)
+	r.Owner.Finished(r)
 }
 
 // Batcher gathers requests for one model into batches by its BatchPolicy
@@ -363,7 +347,7 @@ func (b *Batcher) TryEnqueue(ctx context.Context, r *Request) error {
 }
 
 func (b *Batcher) enqueue(ctx context.Context, r *Request, wait bool) error {
-	if r == nil || (r.Owner == nil && r.Done == nil) {
+	if r == nil || r.Owner == nil {
 		return fmt.Errorf("runtime: batcher %q: request without Owner", b.name)
 	}
 	if err := ctx.Err(); err != nil {

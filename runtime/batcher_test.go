@@ -369,14 +369,6 @@ func TestBatcherOwner(t *testing.T) {
 	if err := b.Enqueue(context.Background(), &runtime.Request{Item: fitem("x", 1, 8)}); err == nil || !strings.Contains(err.Error(), "without Owner") {
 		t.Errorf("a request without an owner: %v", err)
 	}
-	done := make(chan runtime.ItemResult, 1)
-	started := false
-	r := &runtime.Request{Item: fitem("d", 1, 8), Started: func() { started = true }, Done: func(res runtime.ItemResult) { done <- res }}
-	r.Alone = true
-	enqueue(t, b, r)
-	if res := <-done; res.Err != nil || !started || r.BatchItems != 1 {
-		t.Errorf("deprecated Done: %+v, started %v, batch %d", res, started, r.BatchItems)
-	}
 }
 
 // TestBatcherDelayTrigger: a lone item runs MaxQueueDelay after its

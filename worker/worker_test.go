@@ -27,12 +27,9 @@ type mlpBatcher struct{}
 
 func (mlpBatcher) Enqueue(ctx context.Context, r *runtime.Request) error {
 	go func() {
-		r.BatchItems = 1
-		if r.Started != nil {
-			r.Started()
-		}
+		r.Start(1)
 		out, err := clienttest.MLP().Compute(r.Item.Inputs)
-		r.Done(runtime.ItemResult{Outputs: out, Err: err})
+		r.Finish(runtime.ItemResult{Outputs: out, Err: err})
 	}()
 	return nil
 }
