@@ -116,11 +116,6 @@ type Poller struct {
 	stateMu sync.Mutex
 	known   bool // an up/down state was reported
 
-	// noStrand is set when the broker is inferq's embedded one, which does
-	// not strand messages in partly settled batches: no quiesce wait.
-	noStrand bool // Run's goroutine only
-	probed   bool
-
 	peeks, polls, msgs, recycles, settleErrs atomic.Int64
 	staleNotices                             atomic.Int64
 	started                                  atomic.Bool
@@ -361,10 +356,6 @@ func (p *Poller) Run(ctx context.Context) error {
 			}
 			p.setState(true, nil)
 			retry.reset()
-			if !p.probed {
-				p.probed = true
-				p.noStrand = p.c.embeddedBroker(ctx)
-			}
 			if n == 0 {
 				continue
 			}
@@ -383,7 +374,7 @@ func (p *Poller) Run(ctx context.Context) error {
 			}
 		}
 		ask := min(known, p.cfg.MaxItems, room)
-		if ask > 1 && !p.noStrand && known-ask < p.cfg.MaxItems && p.quiesce(ctx) {
+		if ask > 1 && known-ask < p.cfg.MaxItems && p.quiesce(ctx) {
 			// The tail of what is known: re-count once our batches are
 			// settled, so that messages stranded meanwhile are not asked for.
 			if known = p.ready(ctx); known <= 0 {
