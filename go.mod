@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/NVIDIA/go-nvml v0.13.4-1
+	github.com/cenkalti/backoff/v5 v5.0.3
 	github.com/kubemq-io/kubemq-go v1.9.0
 	github.com/kubemq-io/protobuf v1.3.1
 	github.com/prometheus/client_golang v1.25.0

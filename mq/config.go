@@ -17,7 +17,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"os"
 	"strconv"
@@ -26,10 +25,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	qs "github.com/kubemq-io/kubemq-go/queues_stream"
 	pb "github.com/kubemq-io/protobuf/go"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
+	grpcbackoff "google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -208,7 +208,7 @@ func Dial(ctx context.Context, cfg Config) (*Conn, error) {
 		// Reconnect quickly after a broker restart (trap 9); gRPC's default
 		// backoff grows to two minutes.
 		grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+			Backoff:           grpcbackoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
 			MinConnectTimeout: 5 * time.Second,
 		}),
 	}
@@ -305,24 +305,21 @@ func (c *Conn) isClosed() error {
 	return nil
 }
 
-// backoff is an exponential backoff with jitter between cfg.RetryMin and
-// cfg.RetryMax. It is owned by one goroutine.
-type retry struct {
-	min, max, cur time.Duration
-}
-
-func (c *Conn) newRetry() *retry { return &retry{min: c.cfg.RetryMin, max: c.cfg.RetryMax} }
-
-func (b *retry) next() time.Duration {
-	if b.cur == 0 {
-		b.cur = b.min
-	} else {
-		b.cur = min(b.cur*2, b.max)
+// newBackoff returns the backoff between attempts while the broker is away:
+// doubling from cfg.RetryMin to cfg.RetryMax, each wait drawn from the upper
+// half of its step ([step/2, step]), so that pollers and subscribers that
+// lost the broker together do not come back in step, and no wait exceeds
+// RetryMax. backoff's jitter is symmetric around the interval (interval x
+// [1-r, 1+r]): an interval of 3/4 step with r = 1/3 is that half. Owned by
+// one goroutine; Reset it after a success.
+func (c *Conn) newBackoff() *backoff.ExponentialBackOff {
+	return &backoff.ExponentialBackOff{
+		InitialInterval:     c.cfg.RetryMin * 3 / 4,
+		MaxInterval:         c.cfg.RetryMax * 3 / 4,
+		Multiplier:          2,
+		RandomizationFactor: 1.0 / 3,
 	}
-	return b.cur/2 + rand.N(b.cur/2+1)
 }
-
-func (b *retry) reset() { b.cur = 0 }
 
 // sleep waits d or until ctx ends; it reports whether d passed.
 func sleep(ctx context.Context, d time.Duration) bool {

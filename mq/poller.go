@@ -305,7 +305,7 @@ func (p *Poller) Run(ctx context.Context) error {
 	prep()
 
 	var (
-		retry     = p.c.newRetry()
+		retry     = p.c.newBackoff()
 		known     int // messages known to be waiting
 		downSince time.Time
 	)
@@ -322,7 +322,7 @@ func (p *Poller) Run(ctx context.Context) error {
 		} else {
 			p.log.Warn("mq poller call failed", "err", err)
 		}
-		return sleep(ctx, retry.next())
+		return sleep(ctx, retry.NextBackOff())
 	}
 	for ctx.Err() == nil {
 		if err := p.c.isClosed(); err != nil {
@@ -355,7 +355,7 @@ func (p *Poller) Run(ctx context.Context) error {
 				continue
 			}
 			p.setState(true, nil)
-			retry.reset()
+			retry.Reset()
 			if n == 0 {
 				continue
 			}
@@ -395,7 +395,7 @@ func (p *Poller) Run(ctx context.Context) error {
 		}
 		downSince = time.Time{}
 		p.setState(true, nil)
-		retry.reset()
+		retry.Reset()
 		if p.onPoll != nil {
 			p.onPoll(ask, len(msgs), known)
 		}
@@ -463,12 +463,12 @@ func (p *Poller) quiesce(ctx context.Context) bool {
 // prepare makes a stream client and warms its downstream (1 s, trap 3)
 // ahead of need, replacing it while it cannot connect, and hands it over.
 func (p *Poller) prepare(ctx context.Context, out chan<- *streamClient) {
-	retry := p.c.newRetry()
+	retry := p.c.newBackoff()
 	for ctx.Err() == nil {
 		sc, err := p.c.newStreamClient(p.c.life, "poll")
 		if err != nil {
 			p.log.Warn("mq poller new stream client failed", "err", err)
-			sleep(ctx, retry.next())
+			sleep(ctx, retry.NextBackOff())
 			continue
 		}
 		for ctx.Err() == nil {
@@ -483,7 +483,7 @@ func (p *Poller) prepare(ctx context.Context, out chan<- *streamClient) {
 			if time.Since(sc.made) > p.c.cfg.ReplaceAfter {
 				break
 			}
-			sleep(ctx, retry.next())
+			sleep(ctx, retry.NextBackOff())
 		}
 		sc.close()
 	}

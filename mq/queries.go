@@ -77,7 +77,7 @@ func (c *Conn) SubscribeQueries(ctx context.Context, channel, group string, hand
 	sem := make(chan struct{}, maxQueryHandlers)
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	retry := c.newRetry()
+	retry := c.newBackoff()
 	for ctx.Err() == nil {
 		err := c.ready(ctx)
 		var stream pb.Kubemq_SubscribeToRequestsClient
@@ -90,7 +90,7 @@ func (c *Conn) SubscribeQueries(ctx context.Context, channel, group string, hand
 			if err != nil {
 				break
 			}
-			retry.reset()
+			retry.Reset()
 			select {
 			case sem <- struct{}{}:
 			case <-ctx.Done():
@@ -107,7 +107,7 @@ func (c *Conn) SubscribeQueries(ctx context.Context, channel, group string, hand
 			break
 		}
 		log.Warn("mq query subscription lost, resubscribing", "err", classify("subscribe queries", err))
-		sleep(ctx, retry.next())
+		sleep(ctx, retry.NextBackOff())
 	}
 	if c.closed.Load() {
 		return ErrClosed

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+
+	"github.com/cenkalti/backoff/v5"
 )
 
 // Run replays spooled records to the broker until ctx ends, then returns
@@ -16,7 +18,10 @@ import (
 // replayed record leaves the spool (and the disk); an oversize one stays
 // there, held for lookups. Call Run once.
 func (s *Store) Run(ctx context.Context) error {
-	backoff := s.cfg.ReplayBackoff
+	wait := &backoff.ExponentialBackOff{
+		InitialInterval: s.cfg.ReplayBackoff, MaxInterval: s.cfg.ReplayBackoffMax,
+		Multiplier: 2, RandomizationFactor: 0, // one replay loop per process: nothing to spread
+	}
 	for {
 		if s.spool.stats().pending == 0 {
 			select {
@@ -27,17 +32,17 @@ func (s *Store) Run(ctx context.Context) error {
 			}
 		}
 		if s.replayPass(ctx) {
-			backoff = s.cfg.ReplayBackoff
+			wait.Reset()
 			continue
 		}
 		if ctx.Err() != nil {
 			return nil
 		}
-		s.log.Info("result replay paused: broker not answering", "retry_in", backoff, "pending", s.spool.stats().pending)
-		if sleep(ctx, backoff) != nil {
+		d := wait.NextBackOff()
+		s.log.Info("result replay paused: broker not answering", "retry_in", d, "pending", s.spool.stats().pending)
+		if sleep(ctx, d) != nil {
 			return nil
 		}
-		backoff = min(2*backoff, s.cfg.ReplayBackoffMax)
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/cenkalti/backoff/v5"
 )
 
 // ErrNotFlushed is returned by Close when spooled records exist only in
@@ -125,19 +127,26 @@ func (s *Store) Put(ctx context.Context, e Entry) error {
 	return nil
 }
 
-// writeRetry is one broker write with the configured retries.
+// writeRetry is one broker write with the configured retries, RetryBackoff
+// apart. It returns the last write's error as the broker gave it (a
+// permanent one still marked), not backoff's view of it.
 func (s *Store) writeRetry(ctx context.Context, e Entry, removed *bool) error {
-	for attempt := 1; ; attempt++ {
-		err := s.writeOnce(ctx, e, removed)
-		if err == nil || permanent(err) || attempt > s.cfg.Retries || ctx.Err() != nil {
-			return err
+	var last error
+	attempt := 0
+	_, _ = backoff.Retry(ctx, func() (struct{}, error) {
+		if attempt++; attempt > 1 {
+			s.retries.Add(1)
 		}
-		s.log.Warn("result write failed; retrying", "entry", e, "attempt", attempt, "err", err)
-		if sleep(ctx, s.cfg.RetryBackoff) != nil {
-			return err
-		}
-		s.retries.Add(1)
-	}
+		last = s.writeOnce(ctx, e, removed)
+		return struct{}{}, last
+	},
+		backoff.WithBackOff(backoff.NewConstantBackOff(s.cfg.RetryBackoff)),
+		backoff.WithMaxTries(uint(s.cfg.Retries)+1),
+		backoff.WithMaxElapsedTime(0),
+		backoff.WithNotify(func(err error, _ time.Duration) {
+			s.log.Warn("result write failed; retrying", "entry", e, "attempt", attempt, "err", err)
+		}))
+	return last
 }
 
 // stored notes a record the broker now holds: an oversize one stays whole
