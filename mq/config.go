@@ -8,6 +8,20 @@
 // Contexts: every context passed to a method bounds that call only. The SDK
 // stream clients live on a context owned by the Conn (or by a Poller's Run)
 // and end with Close, never with a caller's context (trap 4).
+//
+// The package behaves the same against every broker: the embedded one
+// (package broker) strands messages in partly settled polls as KubeMQ does
+// (trap 13), so the Poller's quiesce and re-count run in tests as in
+// production. While the broker is away, pollers and subscriptions retry with
+// one backoff (github.com/cenkalti/backoff/v5, Config.RetryMin/RetryMax) and
+// log a repeated warning at most once per Config.LogRepeatEvery (package
+// lograte). An event handed to a callback (PollerConfig.OnState,
+// OnSettleError) is logged by the callback's owner, not here.
+//
+// Files: config.go (Config, Conn, stream clients), poller.go (the Poller's
+// loop), poller_client.go (its stream clients, polls, deliveries),
+// message.go (messages and batch settlement), sender.go, unary.go, events.go,
+// queries.go, errors.go.
 package mq
 
 import (
@@ -92,6 +106,10 @@ type Config struct {
 	// RetryMin and RetryMax bound the backoff between attempts while the
 	// broker is away. Defaults 100 ms and 3 s.
 	RetryMin, RetryMax time.Duration
+	// LogRepeatEvery is the most often one repeated warning (a subscription
+	// or a poller retrying while the broker is away) is logged; the record
+	// counts the ones dropped in between ("repeated"). Default 1 min.
+	LogRepeatEvery time.Duration
 }
 
 // Validate checks cfg and fills in the defaults.
@@ -120,6 +138,7 @@ func (c *Config) Validate() error {
 	setDefault(&c.ReplaceAfter, 10*time.Second)
 	setDefault(&c.RetryMin, 100*time.Millisecond)
 	setDefault(&c.RetryMax, 3*time.Second)
+	setDefault(&c.LogRepeatEvery, time.Minute)
 	if c.RetryMax < c.RetryMin {
 		c.RetryMax = c.RetryMin
 	}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/inferq/inferq/lograte"
 	pb "github.com/kubemq-io/protobuf/go"
 )
 
@@ -247,7 +248,7 @@ func (c *Conn) subscribe(ctx context.Context, sub *pb.Subscribe) (<-chan Event, 
 
 // subscribeLoop keeps one subscription up until ctx ends.
 func (c *Conn) subscribeLoop(ctx context.Context, sub *pb.Subscribe, out chan<- Event) {
-	log := c.log.With("channel", sub.Channel, "group", sub.Group)
+	warn := lograte.New(c.log.With("channel", sub.Channel, "group", sub.Group), c.cfg.LogRepeatEvery)
 	retry := c.newBackoff()
 	var last uint64
 	for ctx.Err() == nil {
@@ -280,7 +281,7 @@ func (c *Conn) subscribeLoop(ctx context.Context, sub *pb.Subscribe, out chan<- 
 		if ctx.Err() != nil {
 			return
 		}
-		log.Warn("mq subscription lost, resubscribing", "err", classify("subscribe", err))
+		warn.Warn("mq subscription lost, resubscribing", "err", classify("subscribe", err))
 		sleep(ctx, retry.NextBackOff())
 	}
 }

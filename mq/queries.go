@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/inferq/inferq/lograte"
 	pb "github.com/kubemq-io/protobuf/go"
 )
 
@@ -77,6 +78,7 @@ func (c *Conn) SubscribeQueries(ctx context.Context, channel, group string, hand
 	sem := make(chan struct{}, maxQueryHandlers)
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	warn := lograte.New(log, c.cfg.LogRepeatEvery)
 	retry := c.newBackoff()
 	for ctx.Err() == nil {
 		err := c.ready(ctx)
@@ -106,7 +108,7 @@ func (c *Conn) SubscribeQueries(ctx context.Context, channel, group string, hand
 		if ctx.Err() != nil {
 			break
 		}
-		log.Warn("mq query subscription lost, resubscribing", "err", classify("subscribe queries", err))
+		warn.Warn("mq query subscription lost, resubscribing", "err", classify("subscribe queries", err))
 		sleep(ctx, retry.NextBackOff())
 	}
 	if c.closed.Load() {

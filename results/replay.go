@@ -8,6 +8,12 @@ import (
 	"github.com/cenkalti/backoff/v5"
 )
 
+// Replay log messages, rate-limited and reset once a pass succeeds.
+const (
+	msgReplayPaused = "result replay paused: broker not answering"
+	msgReplayFailed = "result replay failed"
+)
+
 // Run replays spooled records to the broker until ctx ends, then returns
 // nil. It sleeps while the spool is empty, wakes when Put spools a record,
 // and after a pass that met a broker error waits Config.ReplayBackoff,
@@ -33,13 +39,15 @@ func (s *Store) Run(ctx context.Context) error {
 		}
 		if s.replayPass(ctx) {
 			wait.Reset()
+			s.warn.Reset(msgReplayPaused) // the next outage is logged from its start
+			s.warn.Reset(msgReplayFailed)
 			continue
 		}
 		if ctx.Err() != nil {
 			return nil
 		}
 		d := wait.NextBackOff()
-		s.log.Info("result replay paused: broker not answering", "retry_in", d, "pending", s.spool.stats().pending)
+		s.warn.Info(msgReplayPaused, "retry_in", d, "pending", s.spool.stats().pending)
 		if sleep(ctx, d) != nil {
 			return nil
 		}
@@ -118,7 +126,7 @@ func (s *Store) replayTask(ctx context.Context, items []*item) bool {
 			s.parked.Add(1)
 			s.log.Error("spooled result refused by the broker for good; kept for lookups only", "entry", e, "err", err)
 		default:
-			s.log.Warn("result replay failed", "entry", e, "err", err)
+			s.warn.Warn(msgReplayFailed, "entry", e, "err", err)
 			return false
 		}
 	}

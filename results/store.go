@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
+	"github.com/inferq/inferq/lograte"
 )
 
 // ErrNotFlushed is returned by Close when spooled records exist only in
@@ -22,6 +23,7 @@ var ErrNotFlushed = errors.New("results: spooled records not on disk")
 type Store struct {
 	cfg       Config
 	log       *slog.Logger
+	warn      *lograte.Limiter // repeated warnings: retries, spooling, replay failures
 	broker    Broker
 	spool     *spool
 	cache     *cache
@@ -45,7 +47,7 @@ func New(cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{
-		cfg: cfg, log: cfg.Logger, broker: cfg.Broker,
+		cfg: cfg, log: cfg.Logger, warn: lograte.New(cfg.Logger, cfg.LogRepeatEvery), broker: cfg.Broker,
 		cache:     newCache(cfg.CacheEntries, cfg.CacheBytes),
 		removeSem: make(chan struct{}, cfg.RemoveConcurrency),
 		kick:      make(chan struct{}, 1),
@@ -54,7 +56,7 @@ func New(cfg Config) (*Store, error) {
 	if cfg.DataDir != "" {
 		d = &disk{dir: cfg.DataDir}
 	}
-	s.spool = newSpool(cfg.Logger, d, cfg.SpoolEntries, cfg.SpoolMemoryBytes, cfg.SpoolDiskBytes)
+	s.spool = newSpool(cfg.Logger, cfg.LogRepeatEvery, d, cfg.SpoolEntries, cfg.SpoolMemoryBytes, cfg.SpoolDiskBytes)
 	if d != nil {
 		recs, bad, err := d.load()
 		if err != nil {
@@ -144,7 +146,7 @@ func (s *Store) writeRetry(ctx context.Context, e Entry, removed *bool) error {
 		backoff.WithMaxTries(uint(s.cfg.Retries)+1),
 		backoff.WithMaxElapsedTime(0),
 		backoff.WithNotify(func(err error, _ time.Duration) {
-			s.log.Warn("result write failed; retrying", "entry", e, "attempt", attempt, "err", err)
+			s.warn.Warn("result write failed; retrying", "entry", e, "attempt", attempt, "err", err)
 		}))
 	return last
 }
@@ -162,7 +164,7 @@ func (s *Store) stored(e Entry) {
 func (s *Store) toSpool(e Entry, removed bool, why error) {
 	s.spool.add(e, statePending, removed)
 	s.spooled.Add(1)
-	s.log.Warn("result spooled for replay", "entry", e, "err", why)
+	s.warn.Warn("result spooled for replay", "entry", e, "err", why)
 	select {
 	case s.kick <- struct{}{}:
 	default:
