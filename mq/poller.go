@@ -226,6 +226,7 @@ type loop struct {
 
 	retry     *backoff.ExponentialBackOff
 	known     int       // messages known to be waiting
+	counted   bool      // known is a count (ready), not what the peek saw
 	downSince time.Time // first failure of the current client while the broker is away
 }
 
@@ -308,7 +309,7 @@ func (l *loop) watch() bool {
 		return false
 	}
 	l.succeeded()
-	l.known = n
+	l.known, l.counted = n, false
 	return n > 0
 }
 
@@ -329,20 +330,30 @@ func (l *loop) useClient() bool {
 }
 
 // askSize is how many messages the next poll asks for: what is known to be
-// waiting, capped by MaxItems and room. For the tail of what is known it
-// first waits for the Poller's open batches (quiesce) and re-counts, so
-// that messages stranded meanwhile (trap 13) are not asked for; 0 when
-// nothing is left.
+// waiting, capped by MaxItems and room; 0 to watch (peek) instead. For the
+// tail of what is known it first waits for the Poller's open batches
+// (quiesce) and re-counts, so that messages stranded meanwhile (trap 13)
+// are not asked for. A count of one is peeked first: that message may be
+// stranded in one of our open batches, and a poll for it would wait its
+// whole PollWait holding one of the broker's poll slots (traps 2, 11); the
+// peek sees it at once when it is there.
 func (l *loop) askSize(room int) int {
 	p := l.p
 	ask := min(l.known, p.cfg.MaxItems, room)
 	if ask > 1 && l.known-ask < p.cfg.MaxItems && p.quiesce(l.ctx) {
-		if l.known = p.ready(l.ctx); l.known <= 0 {
-			return 0
-		}
+		l.count()
 		ask = min(l.known, p.cfg.MaxItems, room)
 	}
+	if l.known <= 0 || l.known == 1 && l.counted {
+		l.known = 0
+		return 0
+	}
 	return ask
+}
+
+// count sets known from the broker's count (see ready).
+func (l *loop) count() {
+	l.known, l.counted = l.p.ready(l.ctx), true
 }
 
 // pollOnce polls ask messages with the current client, delivers them,
@@ -367,7 +378,7 @@ func (l *loop) pollOnce(ask int) {
 	if len(msgs) < ask {
 		l.known = 0 // fewer than asked: the poll waited, the estimate was off
 	} else if l.known <= 0 {
-		l.known = p.ready(l.ctx) // still busy? skip the peek
+		l.count() // still busy? skip the peek
 	}
 	l.cur.polls++
 	l.recycleBusyClient()
