@@ -218,6 +218,7 @@ var queueRows = []struct {
 	{"InfoWaiting", 1, rowQueuesInfoWaiting},
 	{"ExpiredNotDelivered", 1, rowQueueExpiredNotDelivered},
 	{"BadPollRequests", 1, rowQueueBadPollRequests},
+	{"PartSettledBatchStrands", 1, rowQueuePartSettledBatchStrands},
 }
 
 // TestQueueConformance runs the queue rows against each target, in
@@ -741,4 +742,55 @@ func TestQueueOversizedMessageRefused(t *testing.T) {
 			t.Fatalf("small send after the refusal: %v %v", res, err)
 		}
 	})
+}
+
+// rowQueuePartSettledBatchStrands: trap 13. Settling part of a poll's
+// batch makes room in its subscription and the broker pushes the next
+// message there, where no poll or peek sees it until the batch completes;
+// it comes back without a receive counted.
+func rowQueuePartSettledBatchStrands(t *testing.T, e *queueEnv) {
+	c, ctx := e.stream(t)
+	lc, lctx := e.legacy(t)
+	ch := channel(t, "q")
+	sendQ(t, ctx, c, qmsg(ch, "m0"), qmsg(ch, "m1"), qmsg(ch, "m2"), qmsg(ch, "m3"), qmsg(ch, "m4"), qmsg(ch, "m5"))
+	a := pollQ(t, ctx, c, ch, 2, 2000)
+	if got := bodies(a.Messages); !slices.Equal(got, []string{"m0", "m1"}) {
+		t.Fatalf("first poll = %v, want m0 m1", got)
+	}
+	if err := a.AckOffsets(int64(a.Messages[0].Attributes.Sequence)); err != nil {
+		t.Fatalf("ack m0: %v", err)
+	}
+	// m2 is stranded in the first batch's room: a poll for the 4 left
+	// gets 3, after its whole wait (trap 2), and a peek sees none of them.
+	start := time.Now()
+	b := pollQ(t, ctx, c, ch, 4, 1000)
+	if got := bodies(b.Messages); !slices.Equal(got, []string{"m3", "m4", "m5"}) {
+		t.Fatalf("poll after a partial ack = %v, want m3 m4 m5 (m2 stranded)", got)
+	}
+	if took := time.Since(start); took < 900*time.Millisecond {
+		t.Errorf("the under-filled poll returned after %v, want its whole 1 s wait", took)
+	}
+	if err := b.AckAll(); err != nil {
+		t.Fatalf("ack all of the second batch: %v", err)
+	}
+	if p := peekQ(t, lctx, lc, ch, 1); len(p.Messages) != 0 {
+		t.Fatalf("peek saw %v while the first batch is open, want nothing", p.Messages[0].Body)
+	}
+	if n := waitingQ(t, ctx, c, ch); n < 2 {
+		t.Errorf("waiting = %d with m1 held and m2 stranded, want at least 2", n)
+	}
+	// Completing the first batch gives m2 back, not counted as a receive.
+	if err := a.AckOffsets(int64(a.Messages[1].Attributes.Sequence)); err != nil {
+		t.Fatalf("ack m1: %v", err)
+	}
+	r := pollQ(t, ctx, c, ch, 1, 3000)
+	if got := bodies(r.Messages); !slices.Equal(got, []string{"m2"}) {
+		t.Fatalf("poll after the batch completed = %v, want m2", got)
+	}
+	if rc := r.Messages[0].Attributes.ReceiveCount; rc != 1 {
+		t.Errorf("m2 ReceiveCount = %d after being stranded, want 1", rc)
+	}
+	if err := r.AckAll(); err != nil {
+		t.Fatalf("ack all: %v", err)
+	}
 }

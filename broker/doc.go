@@ -8,5 +8,15 @@
 // `inferq serve --embedded-broker` can talk real gRPC through the real
 // kubemq-go client without an external KubeMQ. It is not durable and not meant
 // for production. It reproduces the KubeMQ semantics that clients rely on (see
-// shared/KUBEMQ.md in the steering repository), not the real broker's bugs.
+// shared/KUBEMQ.md in the steering repository), not the real broker's bugs,
+// with one exception on purpose: messages stranded in partly settled poll
+// transactions (trap 13, queue_strand.go). Clients must be built around that
+// trap, so the embedded broker makes them meet it, and the path they run in
+// tests is the one they run against KubeMQ.
+//
+// Files: server.go (options, lifecycle, Ping), queue_store.go (channels,
+// send, take, settle), queue_stream.go (the queues_stream transactions),
+// queue_strand.go (stranding), queue_rpc.go (legacy queue calls),
+// queue_info.go (QueuesInfo, snapshots), queue_ring.go (the FIFO and delay
+// heap), events*.go, pubsub.go and queries.go (the pub/sub side).
 package broker

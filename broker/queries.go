@@ -74,16 +74,8 @@ func (s *Server) SendRequest(ctx context.Context, req *pb.Request) (*pb.Response
 	if req.RequestID == "" {
 		req.RequestID = p.ids.next()
 	}
-	inbox := "_INBOX." + p.ids.next()
-	wait := make(chan *pb.Response, 1)
-	p.pendingMu.Lock()
-	p.pending[inbox] = wait
-	p.pendingMu.Unlock()
-	defer func() {
-		p.pendingMu.Lock()
-		delete(p.pending, inbox)
-		p.pendingMu.Unlock()
-	}()
+	inbox, wait, done := p.expectResponse()
+	defer done()
 
 	r.publish(req.Channel, &pb.Request{
 		RequestID:       req.RequestID,
@@ -114,6 +106,20 @@ func (s *Server) SendRequest(ctx context.Context, req *pb.Request) (*pb.Response
 		return nil, psError(psErrRequestTimeout)
 	case <-p.closed:
 		return nil, psClosed()
+	}
+}
+
+// expectResponse registers a new inbox for one response; done removes it.
+func (p *pubSub) expectResponse() (inbox string, wait <-chan *pb.Response, done func()) {
+	inbox = "_INBOX." + p.ids.next()
+	ch := make(chan *pb.Response, 1)
+	p.pendingMu.Lock()
+	p.pending[inbox] = ch
+	p.pendingMu.Unlock()
+	return inbox, ch, func() {
+		p.pendingMu.Lock()
+		delete(p.pending, inbox)
+		p.pendingMu.Unlock()
 	}
 }
 

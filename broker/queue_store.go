@@ -15,8 +15,6 @@ import (
 	"time"
 
 	pb "github.com/kubemq-io/protobuf/go"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // Limits of KubeMQ's default queue configuration, enforced the same way.
@@ -314,7 +312,8 @@ func cloneMessage(m *pb.QueueMessage) *pb.QueueMessage {
 
 // queue is one queue channel. Messages wait in ready (delivery order) or,
 // while delayed, in delayed; polls hold what they took as in-flight until
-// it is settled. mu guards everything; notify wakes waiting polls.
+// it is settled, and their open transactions strand more (see
+// queue_strand.go). mu guards everything; notify wakes waiting polls.
 type queue struct {
 	name string
 	st   *queueStore
@@ -325,7 +324,9 @@ type queue struct {
 	delayed    delayHeap
 	timer      *time.Timer
 	timerAt    int64
-	inflight   int
+	inflight   int    // held by transactions, stranded ones included
+	open       []*txn // transactions with messages held, oldest first
+	room       int    // free room of partly settled open transactions
 	seq        uint64
 	sent       int64
 	delivered  int64
@@ -348,6 +349,7 @@ func (q *queue) put(msgs []*pb.QueueMessage, now int64) {
 		q.pushLocked(m, now)
 	}
 	q.armLocked(now)
+	q.fillRoomLocked()
 	q.wakeLocked()
 }
 
@@ -405,6 +407,7 @@ func (q *queue) promote() {
 	}
 	q.timerAt = 0
 	q.armLocked(now)
+	q.fillRoomLocked()
 	q.wakeLocked()
 }
 
@@ -679,173 +682,4 @@ func (st *queueStore) requeue(q *queue, msgs []*pb.QueueMessage, channel string)
 	q.ack(msgs)
 	st.send(copies, now)
 	return nil
-}
-
-// QueueState is a snapshot of one queue channel, for tests.
-type QueueState struct {
-	// Waiting are the messages ready for delivery, in delivery order.
-	Waiting []*pb.QueueMessage
-	// Delayed are the messages whose DelaySeconds has not passed yet.
-	Delayed []*pb.QueueMessage
-	// InFlight counts the messages held by open poll transactions.
-	InFlight int
-	// Sent counts the messages ever stored in the channel (NAcks count
-	// again); Delivered the deliveries.
-	Sent, Delivered int64
-}
-
-// QueueSnapshot returns deep copies of what the queue channel name holds.
-// A channel never used gives the zero QueueState. Safe for concurrent use.
-func (s *Server) QueueSnapshot(name string) QueueState {
-	q := s.queues.lookup(name)
-	if q == nil {
-		return QueueState{}
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	st := QueueState{InFlight: q.inflight, Sent: q.sent, Delivered: q.delivered}
-	for i := 0; i < q.ready.len(); i++ {
-		st.Waiting = append(st.Waiting, cloneMessage(q.ready.at(i)))
-	}
-	for _, m := range q.delayed {
-		st.Delayed = append(st.Delayed, cloneMessage(m))
-	}
-	slices.SortFunc(st.Delayed, func(a, b *pb.QueueMessage) int {
-		return int(a.Attributes.DelayedTo - b.Attributes.DelayedTo)
-	})
-	return st
-}
-
-// info reports the channels named in filter (names separated by ";"; all
-// when empty) that ever held a message, like KubeMQ's QueuesInfo.
-func (st *queueStore) info(filter string) *pb.QueuesInfo {
-	var names map[string]bool
-	if filter != "" {
-		names = map[string]bool{}
-		for _, n := range strings.Split(filter, ";") {
-			names[n] = true
-		}
-	}
-	st.mu.RLock()
-	qs := make([]*queue, 0, len(st.queues))
-	for name, q := range st.queues {
-		if names == nil || names[name] {
-			qs = append(qs, q)
-		}
-	}
-	st.mu.RUnlock()
-	slices.SortFunc(qs, func(a, b *queue) int { return strings.Compare(a.name, b.name) })
-	out := &pb.QueuesInfo{}
-	for _, q := range qs {
-		q.mu.Lock()
-		qi := &pb.QueueInfo{
-			Name:         q.name,
-			Messages:     int64(q.ready.len() + q.inflight + len(q.delayed)),
-			Bytes:        q.readyBytes,
-			LastSequence: int64(q.seq),
-			Sent:         q.sent,
-			Delivered:    q.delivered,
-			// Like KubeMQ, Waiting counts what is delivered and not yet
-			// settled as well as what is ready.
-			Waiting:     int64(q.ready.len() + q.inflight),
-			Subscribers: int64(q.waiters),
-		}
-		if q.ready.len() > 0 {
-			qi.FirstSequence = int64(q.ready.at(0).Attributes.Sequence)
-		}
-		q.mu.Unlock()
-		if qi.Sent == 0 {
-			continue
-		}
-		out.Queues = append(out.Queues, qi)
-		out.Sent += qi.Sent
-		out.Delivered += qi.Delivered
-		out.Waiting += qi.Waiting
-	}
-	out.TotalQueue = int32(len(out.Queues))
-	return out
-}
-
-func unimplemented(what string) error {
-	return status.Errorf(codes.Unimplemented, "broker: %s is not served by the embedded broker", what)
-}
-
-// ring is a growable FIFO that can also push at the front.
-type ring struct {
-	buf  []*pb.QueueMessage
-	head int
-	n    int
-}
-
-func (r *ring) len() int { return r.n }
-
-func (r *ring) grow() {
-	size := max(16, 2*len(r.buf))
-	buf := make([]*pb.QueueMessage, size)
-	for i := 0; i < r.n; i++ {
-		buf[i] = r.buf[(r.head+i)%len(r.buf)]
-	}
-	r.buf, r.head = buf, 0
-}
-
-func (r *ring) pushBack(m *pb.QueueMessage) {
-	if r.n == len(r.buf) {
-		r.grow()
-	}
-	r.buf[(r.head+r.n)%len(r.buf)] = m
-	r.n++
-}
-
-func (r *ring) pushFront(m *pb.QueueMessage) {
-	if r.n == len(r.buf) {
-		r.grow()
-	}
-	r.head = (r.head - 1 + len(r.buf)) % len(r.buf)
-	r.buf[r.head] = m
-	r.n++
-}
-
-func (r *ring) popFront() *pb.QueueMessage {
-	m := r.buf[r.head]
-	r.buf[r.head] = nil
-	r.head = (r.head + 1) % len(r.buf)
-	r.n--
-	if r.n == 0 {
-		r.head = 0
-		if len(r.buf) > 1024 {
-			r.buf = nil // let a burst's buffer go
-		}
-	}
-	return m
-}
-
-func (r *ring) at(i int) *pb.QueueMessage { return r.buf[(r.head+i)%len(r.buf)] }
-
-// removeAt removes the i-th message; O(n), used only by peek on expired
-// messages.
-func (r *ring) removeAt(i int) {
-	for ; i < r.n-1; i++ {
-		r.buf[(r.head+i)%len(r.buf)] = r.buf[(r.head+i+1)%len(r.buf)]
-	}
-	r.buf[(r.head+r.n-1)%len(r.buf)] = nil
-	r.n--
-}
-
-func (r *ring) clear() { *r = ring{} }
-
-// delayHeap orders delayed messages by DelayedTo.
-type delayHeap []*pb.QueueMessage
-
-func (h delayHeap) Len() int { return len(h) }
-func (h delayHeap) Less(i, j int) bool {
-	return h[i].Attributes.DelayedTo < h[j].Attributes.DelayedTo
-}
-func (h delayHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *delayHeap) Push(x any)   { *h = append(*h, x.(*pb.QueueMessage)) }
-func (h *delayHeap) Pop() any {
-	old := *h
-	m := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	return m
 }

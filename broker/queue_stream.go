@@ -59,6 +59,10 @@ type txn struct {
 	seqs []uint64           // seqs[i]: held[i]'s sequence at delivery (a NAck changes it)
 	done []bool             // done[i]: held[i] is settled
 	open int
+
+	// q.mu guards these (see queue_strand.go).
+	settled  int                // messages of held settled so far
+	stranded []*pb.QueueMessage // pushed into its room, seen by no poll
 }
 
 func (st *queueStore) downstream(stream pb.Kubemq_QueuesDownstreamServer) error {
@@ -157,8 +161,10 @@ func (d *downstream) poll(ctx context.Context, req *pb.QueuesDownstreamRequest) 
 		for i, m := range held {
 			seqs[i] = m.Attributes.Sequence
 		}
+		t := &txn{q: q, held: held, seqs: seqs, done: make([]bool, len(held)), open: len(held)}
+		q.register(t)
 		d.mu.Lock()
-		d.txns[resp.TransactionId] = &txn{q: q, held: held, seqs: seqs, done: make([]bool, len(held)), open: len(held)}
+		d.txns[resp.TransactionId] = t
 		d.mu.Unlock()
 	}
 	resp.Messages = msgs
@@ -207,39 +213,19 @@ func (d *downstream) settle(req *pb.QueuesDownstreamRequest) *pb.QueuesDownstrea
 	if t == nil {
 		return fail(errTxnNotFound)
 	}
-	var err error
-	switch req.RequestTypeData {
-	case pb.QueuesDownstreamRequestType_ActiveOffsets, pb.QueuesDownstreamRequestType_TransactionStatus:
+	if req.RequestTypeData == pb.QueuesDownstreamRequestType_ActiveOffsets ||
+		req.RequestTypeData == pb.QueuesDownstreamRequestType_TransactionStatus {
 		resp.ActiveOffsets = t.offsets()
 		return resp
-	case pb.QueuesDownstreamRequestType_AckAll:
-		t.q.ack(t.takeAll())
-	case pb.QueuesDownstreamRequestType_NAckAll:
-		t.q.nack(t.takeAll())
-	case pb.QueuesDownstreamRequestType_CloseByClient:
-		t.q.release(t.takeAll())
-	case pb.QueuesDownstreamRequestType_ReQueueAll:
-		if !validQueueName(req.ReQueueChannel) {
-			return fail(fmt.Errorf("cannot requeue messages with empty channel destination : %w", errInvalidQueueName))
-		}
-		err = d.st.requeue(t.q, t.takeAll(), req.ReQueueChannel)
-	case pb.QueuesDownstreamRequestType_AckRange:
-		var msgs []*pb.QueueMessage
-		msgs, err = t.takeRange(req.SequenceRange, "ack")
-		t.q.ack(msgs)
-	case pb.QueuesDownstreamRequestType_NAckRange:
-		var msgs []*pb.QueueMessage
-		msgs, err = t.takeRange(req.SequenceRange, "nack")
-		t.q.nack(msgs)
-	case pb.QueuesDownstreamRequestType_ReQueueRange:
-		if !validQueueName(req.ReQueueChannel) {
-			return fail(fmt.Errorf("cannot requeue messages with empty channel destination : %w", errInvalidQueueName))
-		}
-		var msgs []*pb.QueueMessage
-		msgs, err = t.takeRange(req.SequenceRange, "requeue")
-		if rqErr := d.st.requeue(t.q, msgs, req.ReQueueChannel); err == nil {
-			err = rqErr
-		}
+	}
+	before := t.open
+	closing := req.RequestTypeData == pb.QueuesDownstreamRequestType_CloseByClient
+	if closing {
+		t.q.drop(t) // what it stranded goes back first, behind what it held
+	}
+	err := d.apply(t, req)
+	if !closing {
+		t.q.settled(t, before-t.open, t.open == 0)
 	}
 	if t.open == 0 {
 		delete(d.txns, req.RefTransactionId)
@@ -254,11 +240,50 @@ func (d *downstream) settle(req *pb.QueuesDownstreamRequest) *pb.QueuesDownstrea
 	return nil
 }
 
+// apply carries out one settlement request on t.
+func (d *downstream) apply(t *txn, req *pb.QueuesDownstreamRequest) error {
+	var err error
+	switch req.RequestTypeData {
+	case pb.QueuesDownstreamRequestType_AckAll:
+		t.q.ack(t.takeAll())
+	case pb.QueuesDownstreamRequestType_NAckAll:
+		t.q.nack(t.takeAll())
+	case pb.QueuesDownstreamRequestType_CloseByClient:
+		t.q.release(t.takeAll())
+	case pb.QueuesDownstreamRequestType_ReQueueAll:
+		if !validQueueName(req.ReQueueChannel) {
+			return errBadRequeueChannel
+		}
+		err = d.st.requeue(t.q, t.takeAll(), req.ReQueueChannel)
+	case pb.QueuesDownstreamRequestType_AckRange:
+		var msgs []*pb.QueueMessage
+		msgs, err = t.takeRange(req.SequenceRange, "ack")
+		t.q.ack(msgs)
+	case pb.QueuesDownstreamRequestType_NAckRange:
+		var msgs []*pb.QueueMessage
+		msgs, err = t.takeRange(req.SequenceRange, "nack")
+		t.q.nack(msgs)
+	case pb.QueuesDownstreamRequestType_ReQueueRange:
+		if !validQueueName(req.ReQueueChannel) {
+			return errBadRequeueChannel
+		}
+		var msgs []*pb.QueueMessage
+		msgs, err = t.takeRange(req.SequenceRange, "requeue")
+		if rqErr := d.st.requeue(t.q, msgs, req.ReQueueChannel); err == nil {
+			err = rqErr
+		}
+	}
+	return err
+}
+
+var errBadRequeueChannel = fmt.Errorf("cannot requeue messages with empty channel destination : %w", errInvalidQueueName)
+
 // releaseAll gives back what the stream's open transactions hold.
 func (d *downstream) releaseAll() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for id, t := range d.txns {
+		t.q.drop(t)
 		t.q.release(t.takeAll())
 		delete(d.txns, id)
 	}

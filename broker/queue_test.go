@@ -521,3 +521,68 @@ func ExampleServer_QueueSnapshot() {
 	fmt.Println(len(st.Waiting), string(st.Waiting[0].Body), st.InFlight)
 	// Output: 1 job 0
 }
+
+// TestQueueStrandingFollowsOpenBatches covers what the conformance row
+// cannot show in a single batch (trap 13): the final settlement of a batch
+// frees room just before it closes, and what the broker pushes there moves
+// to another open batch of the queue and waits for it to complete, taking
+// the room that batch's settlements free; closing the stream gives
+// everything back uncounted.
+func TestQueueStrandingFollowsOpenBatches(t *testing.T) {
+	t.Parallel()
+	srv := brokertest.NewServer(t, fastOpts)
+	c := rawClient(t, srv.Addr)
+	d := openDownstream(t, c)
+	const ch = "strand.q"
+	rawSend(t, c, ch, "m0", "m1", "m2", "m3", "m4")
+	body := func(msgs []*pb.QueueMessage) []string {
+		var out []string
+		for _, m := range msgs {
+			out = append(out, string(m.Body))
+		}
+		return out
+	}
+	waiting := func() []string { return body(srv.Queue(ch)) }
+	settle := func(typ pb.QueuesDownstreamRequestType, tx string, seqs ...int64) {
+		d.send(&pb.QueuesDownstreamRequest{RequestID: "s", RequestTypeData: typ, RefTransactionId: tx, SequenceRange: seqs})
+	}
+
+	a, b := d.get(ch, 1, 0), d.get(ch, 2, 0)
+	if fmt.Sprint(body(a.Messages), body(b.Messages)) != "[m0] [m1 m2]" {
+		t.Fatalf("polls = %v %v", body(a.Messages), body(b.Messages))
+	}
+	// a completes while b is open: m3 moves into b.
+	settle(pb.QueuesDownstreamRequestType_AckAll, a.TransactionId)
+	if r := d.recv(); !r.TransactionComplete {
+		t.Fatalf("ack all of a = %v", r)
+	}
+	if got := waiting(); fmt.Sprint(got) != "[m4]" || srv.InFlight(ch) != 3 {
+		t.Fatalf("after a completed: waiting %v, in flight %d; want [m4] and 3 (m1 m2 held, m3 stranded)", got, srv.InFlight(ch))
+	}
+	// The room a partial settlement of b frees is m3's already: m4 stays.
+	settle(pb.QueuesDownstreamRequestType_AckRange, b.TransactionId, int64(b.Messages[0].Attributes.Sequence))
+	settle(pb.QueuesDownstreamRequestType_ActiveOffsets, b.TransactionId)
+	if r := d.recv(); len(r.ActiveOffsets) != 1 {
+		t.Fatalf("active offsets of b = %v, want m2's", r.ActiveOffsets)
+	}
+	if got := waiting(); fmt.Sprint(got) != "[m4]" || srv.InFlight(ch) != 2 {
+		t.Fatalf("after b's partial ack: waiting %v, in flight %d; want [m4] and 2 (m2 held, m3 stranded)", got, srv.InFlight(ch))
+	}
+	// Closing the stream gives back m2 first, then what b stranded, none
+	// counted as a receive.
+	d.cancel()
+	waitFor(t, 2*time.Second, "messages back", func() bool { return len(waiting()) == 3 })
+	// m2 held and m3 stranded come back at the head, m4 after them.
+	q := srv.Queue(ch)
+	if got := body(q); fmt.Sprint(got) != "[m2 m3 m4]" {
+		t.Errorf("after the close: waiting %v, want [m2 m3 m4]", got)
+	}
+	for _, m := range q {
+		if m.Attributes.ReceiveCount != 0 {
+			t.Errorf("%s: ReceiveCount %d, want 0", m.Body, m.Attributes.ReceiveCount)
+		}
+	}
+	if n := srv.InFlight(ch); n != 0 {
+		t.Errorf("in flight = %d after the close, want 0", n)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	backoffv5 "github.com/cenkalti/backoff/v5"
 	"github.com/inferq/inferq/mq"
 	"github.com/inferq/inferq/results"
 )
@@ -30,16 +31,12 @@ func (b resultsBroker) ReceiveOne(ctx context.Context, channel string, wait time
 	return found, classify(err)
 }
 
-// permanent marks an error that retrying cannot fix (results' contract:
-// Temporary() == false).
-type permanent struct{ error }
-
-func (p permanent) Temporary() bool { return false }
-func (p permanent) Unwrap() error   { return p.error }
-
+// classify marks an error that retrying cannot fix with backoff.Permanent,
+// the results.Broker contract: a message over the size limit is refused for
+// good. (Imported as backoffv5 while server.go declares a func backoff.)
 func classify(err error) error {
 	if err != nil && errors.Is(err, mq.ErrTooLarge) {
-		return permanent{err}
+		return backoffv5.Permanent(err)
 	}
 	return err
 }

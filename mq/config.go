@@ -8,6 +8,20 @@
 // Contexts: every context passed to a method bounds that call only. The SDK
 // stream clients live on a context owned by the Conn (or by a Poller's Run)
 // and end with Close, never with a caller's context (trap 4).
+//
+// The package behaves the same against every broker: the embedded one
+// (package broker) strands messages in partly settled polls as KubeMQ does
+// (trap 13), so the Poller's quiesce and re-count run in tests as in
+// production. While the broker is away, pollers and subscriptions retry with
+// one backoff (github.com/cenkalti/backoff/v5, Config.RetryMin/RetryMax) and
+// log a repeated warning at most once per Config.LogRepeatEvery (package
+// lograte). An event handed to a callback (PollerConfig.OnState,
+// OnSettleError) is logged by the callback's owner, not here.
+//
+// Files: config.go (Config, Conn, stream clients), poller.go (the Poller's
+// loop), poller_client.go (its stream clients, polls, deliveries),
+// message.go (messages and batch settlement), sender.go, unary.go, events.go,
+// queries.go, errors.go.
 package mq
 
 import (
@@ -17,7 +31,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"os"
 	"strconv"
@@ -26,10 +39,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	qs "github.com/kubemq-io/kubemq-go/queues_stream"
 	pb "github.com/kubemq-io/protobuf/go"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
+	grpcbackoff "google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -92,6 +106,10 @@ type Config struct {
 	// RetryMin and RetryMax bound the backoff between attempts while the
 	// broker is away. Defaults 100 ms and 3 s.
 	RetryMin, RetryMax time.Duration
+	// LogRepeatEvery is the most often one repeated warning (a subscription
+	// or a poller retrying while the broker is away) is logged; the record
+	// counts the ones dropped in between ("repeated"). Default 1 min.
+	LogRepeatEvery time.Duration
 }
 
 // Validate checks cfg and fills in the defaults.
@@ -120,6 +138,7 @@ func (c *Config) Validate() error {
 	setDefault(&c.ReplaceAfter, 10*time.Second)
 	setDefault(&c.RetryMin, 100*time.Millisecond)
 	setDefault(&c.RetryMax, 3*time.Second)
+	setDefault(&c.LogRepeatEvery, time.Minute)
 	if c.RetryMax < c.RetryMin {
 		c.RetryMax = c.RetryMin
 	}
@@ -208,7 +227,7 @@ func Dial(ctx context.Context, cfg Config) (*Conn, error) {
 		// Reconnect quickly after a broker restart (trap 9); gRPC's default
 		// backoff grows to two minutes.
 		grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+			Backoff:           grpcbackoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
 			MinConnectTimeout: 5 * time.Second,
 		}),
 	}
@@ -305,24 +324,21 @@ func (c *Conn) isClosed() error {
 	return nil
 }
 
-// backoff is an exponential backoff with jitter between cfg.RetryMin and
-// cfg.RetryMax. It is owned by one goroutine.
-type retry struct {
-	min, max, cur time.Duration
-}
-
-func (c *Conn) newRetry() *retry { return &retry{min: c.cfg.RetryMin, max: c.cfg.RetryMax} }
-
-func (b *retry) next() time.Duration {
-	if b.cur == 0 {
-		b.cur = b.min
-	} else {
-		b.cur = min(b.cur*2, b.max)
+// newBackoff returns the backoff between attempts while the broker is away:
+// doubling from cfg.RetryMin to cfg.RetryMax, each wait drawn from the upper
+// half of its step ([step/2, step]), so that pollers and subscribers that
+// lost the broker together do not come back in step, and no wait exceeds
+// RetryMax. backoff's jitter is symmetric around the interval (interval x
+// [1-r, 1+r]): an interval of 3/4 step with r = 1/3 is that half. Owned by
+// one goroutine; Reset it after a success.
+func (c *Conn) newBackoff() *backoff.ExponentialBackOff {
+	return &backoff.ExponentialBackOff{
+		InitialInterval:     c.cfg.RetryMin * 3 / 4,
+		MaxInterval:         c.cfg.RetryMax * 3 / 4,
+		Multiplier:          2,
+		RandomizationFactor: 1.0 / 3,
 	}
-	return b.cur/2 + rand.N(b.cur/2+1)
 }
-
-func (b *retry) reset() { b.cur = 0 }
 
 // sleep waits d or until ctx ends; it reports whether d passed.
 func sleep(ctx context.Context, d time.Duration) bool {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/inferq/inferq/lograte"
 	pb "github.com/kubemq-io/protobuf/go"
 )
 
@@ -247,8 +248,8 @@ func (c *Conn) subscribe(ctx context.Context, sub *pb.Subscribe) (<-chan Event, 
 
 // subscribeLoop keeps one subscription up until ctx ends.
 func (c *Conn) subscribeLoop(ctx context.Context, sub *pb.Subscribe, out chan<- Event) {
-	log := c.log.With("channel", sub.Channel, "group", sub.Group)
-	retry := c.newRetry()
+	warn := lograte.New(c.log.With("channel", sub.Channel, "group", sub.Group), c.cfg.LogRepeatEvery)
+	retry := c.newBackoff()
 	var last uint64
 	for ctx.Err() == nil {
 		if last > 0 && sub.SubscribeTypeData == pb.Subscribe_EventsStore {
@@ -265,7 +266,7 @@ func (c *Conn) subscribeLoop(ctx context.Context, sub *pb.Subscribe, out chan<- 
 			if err != nil {
 				break
 			}
-			retry.reset()
+			retry.Reset()
 			e := Event{ID: ev.EventID, Channel: ev.Channel, Metadata: ev.Metadata, Body: ev.Body, Tags: ev.Tags, Sequence: ev.Sequence}
 			if ev.Timestamp > 0 {
 				e.Timestamp = unixAny(ev.Timestamp)
@@ -280,8 +281,8 @@ func (c *Conn) subscribeLoop(ctx context.Context, sub *pb.Subscribe, out chan<- 
 		if ctx.Err() != nil {
 			return
 		}
-		log.Warn("mq subscription lost, resubscribing", "err", classify("subscribe", err))
-		sleep(ctx, retry.next())
+		warn.Warn("mq subscription lost, resubscribing", "err", classify("subscribe", err))
+		sleep(ctx, retry.NextBackOff())
 	}
 }
 

@@ -9,7 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	qs "github.com/kubemq-io/kubemq-go/queues_stream"
+	"github.com/cenkalti/backoff/v5"
+	"github.com/inferq/inferq/lograte"
 )
 
 // PollerConfig configures a Poller.
@@ -52,13 +53,16 @@ type PollerConfig struct {
 	// which gives the rest back to the queue uncounted. Default 30 s.
 	DrainTimeout time.Duration
 	// OnState is called when the Poller finds the broker up or down (for
-	// /readyz), from the Poller's goroutines; it must not block.
+	// /readyz), from the Poller's goroutines; it must not block. It owns
+	// the event: the Poller logs the change only when OnState is nil.
 	OnState func(up bool, err error)
 	// OnSettleError is called with settlement failures the SDK reports
 	// after Ack, NAck or ReQueue returned (trap 6), and with stream losses
 	// that gave held messages back; from SDK goroutines; it must not block.
 	// The SDK's reports about batches whose settlements had all gone out
 	// are not failures and are only counted (PollerStats.StaleNotices).
+	// It owns the event: the Poller logs failures (rate-limited) only when
+	// OnSettleError is nil.
 	OnSettleError func(err error)
 }
 
@@ -102,9 +106,10 @@ type PollerStats struct {
 //
 // Run may be called once. Stats and Up are safe for concurrent use.
 type Poller struct {
-	c   *Conn
-	cfg PollerConfig
-	log *slog.Logger
+	c    *Conn
+	cfg  PollerConfig
+	log  *slog.Logger
+	warn *lograte.Limiter // repeated warnings (outages, failing settlements)
 
 	mu       sync.Mutex
 	inflight int           // delivered and not settled
@@ -115,11 +120,6 @@ type Poller struct {
 	up      atomic.Bool
 	stateMu sync.Mutex
 	known   bool // an up/down state was reported
-
-	// noStrand is set when the broker is inferq's embedded one, which does
-	// not strand messages in partly settled batches: no quiesce wait.
-	noStrand bool // Run's goroutine only
-	probed   bool
 
 	peeks, polls, msgs, recycles, settleErrs atomic.Int64
 	staleNotices                             atomic.Int64
@@ -135,9 +135,11 @@ func (c *Conn) NewPoller(cfg PollerConfig) (*Poller, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	log := c.log.With("channel", cfg.Channel)
 	return &Poller{
 		c: c, cfg: cfg,
-		log:      c.log.With("channel", cfg.Channel),
+		log:      log,
+		warn:     lograte.New(log, c.cfg.LogRepeatEvery),
 		room:     make(chan struct{}, 1),
 		hardStop: make(chan struct{}),
 	}, nil
@@ -170,96 +172,24 @@ func (p *Poller) setState(up bool, err error) {
 	}
 	p.known = true
 	p.up.Store(up)
-	if up {
+	switch {
+	case p.cfg.OnState != nil:
+		p.cfg.OnState(up, err) // the owner of the event logs it
+	case up:
 		p.log.Info("mq poller broker up")
-	} else {
+	default:
 		p.log.Warn("mq poller broker down", "err", err)
-	}
-	if p.cfg.OnState != nil {
-		p.cfg.OnState(up, err)
 	}
 }
 
 func (p *Poller) settleFailed(err error) {
 	p.settleErrs.Add(1)
 	err = classify("settle on "+p.cfg.Channel, err)
-	p.log.Warn("mq settle failed", "err", err)
 	if p.cfg.OnSettleError != nil {
-		p.cfg.OnSettleError(err)
+		p.cfg.OnSettleError(err) // the owner of the event logs it
+		return
 	}
-}
-
-// pollClient is a stream client of the Poller with what it handed out.
-type pollClient struct {
-	poller  *Poller
-	sc      *streamClient
-	polls   int               // Run's goroutine only
-	since   time.Time         // when it started polling; Run's goroutine only
-	out     int               // unsettled messages; poller.mu
-	txns    map[*txn]struct{} // batches not completely settled; poller.mu
-	retired bool
-	idle    chan struct{} // closed when retired and out == 0
-	closing atomic.Bool   // set just before the SDK client is closed
-}
-
-func (p *Poller) newPollClient(sc *streamClient) *pollClient {
-	return &pollClient{poller: p, sc: sc, txns: map[*txn]struct{}{}, idle: make(chan struct{}), since: time.Now()}
-}
-
-// release counts one message of t settled (or given up); last: it was the
-// batch's last one, whose settlements have been sent.
-func (pc *pollClient) release(t *txn, last bool) {
-	p := pc.poller
-	p.mu.Lock()
-	pc.out--
-	p.inflight--
-	if last {
-		delete(pc.txns, t)
-		p.held -= len(t.resp.Messages)
-	}
-	if pc.retired && pc.out == 0 {
-		close(pc.idle)
-	}
-	p.mu.Unlock()
-	select {
-	case p.room <- struct{}{}:
-	default:
-	}
-}
-
-// retire stops using pc: it is closed (in the background) once everything
-// it delivered is settled, or at the hard stop, so that no ack is lost.
-func (p *Poller) retire(pc *pollClient) {
-	p.mu.Lock()
-	pc.retired = true
-	if pc.out == 0 {
-		close(pc.idle)
-	}
-	p.mu.Unlock()
-	p.retiring.Add(1)
-	go func() {
-		defer p.retiring.Done()
-		select {
-		case <-pc.idle:
-			// The last settlement is queued in the SDK; give its stream a
-			// moment to send it before the close (which waits 100 ms more).
-			time.Sleep(50 * time.Millisecond)
-		case <-p.hardStop:
-			// Send what incomplete batches have settled, so that it is
-			// not delivered again; the close gives the rest back.
-			p.mu.Lock()
-			open := make([]*txn, 0, len(pc.txns))
-			for t := range pc.txns {
-				open = append(open, t)
-			}
-			p.mu.Unlock()
-			for _, t := range open {
-				_ = t.flush()
-			}
-		}
-		pc.closing.Store(true)
-		pc.sc.close()
-	}()
+	p.warn.Warn("mq settle failed", "err", err)
 }
 
 // Run consumes the queue until ctx ends, then stops polling, waits up to
@@ -270,166 +200,277 @@ func (p *Poller) Run(ctx context.Context) error {
 	if !p.started.CompareAndSwap(false, true) {
 		return errors.New("mq: poller: Run called twice")
 	}
-	prepCtx, stopPrep := context.WithCancel(p.c.life)
-	standby := make(chan *streamClient, 1)
-	var prepWG sync.WaitGroup
-	prep := func() {
-		prepWG.Add(1)
-		go func() {
-			defer prepWG.Done()
-			p.prepare(prepCtx, standby)
-		}()
-	}
-	var cur *pollClient
-	defer func() {
-		stopPrep()
-		prepWG.Wait()
-		select {
-		case sc := <-standby:
-			sc.close()
-		default:
-		}
-		if cur != nil {
-			p.retire(cur)
-		}
-		drained := make(chan struct{})
-		go func() { p.retiring.Wait(); close(drained) }()
-		t := time.NewTimer(p.cfg.DrainTimeout)
-		defer t.Stop()
-		select {
-		case <-drained:
-		case <-t.C:
-			p.log.Warn("mq poller drain timeout, unsettled messages go back to the queue", "in_flight", p.InFlight())
-			close(p.hardStop)
-			<-drained
-		case <-p.c.life.Done():
-			close(p.hardStop)
-			<-drained
-		}
-	}()
-	prep()
-
-	var (
-		retry     = p.c.newRetry()
-		known     int // messages known to be waiting
-		downSince time.Time
-	)
-	fail := func(err error) bool {
-		if ctx.Err() != nil {
-			return false
-		}
-		known = 0
-		if errors.Is(err, ErrUnavailable) {
-			p.setState(false, err)
-			if downSince.IsZero() {
-				downSince = time.Now()
-			}
-		} else {
-			p.log.Warn("mq poller call failed", "err", err)
-		}
-		return sleep(ctx, retry.next())
-	}
+	l := p.newLoop(ctx)
+	defer l.stop()
 	for ctx.Err() == nil {
 		if err := p.c.isClosed(); err != nil {
 			return fmt.Errorf("mq: poller %s: %w", p.cfg.Channel, err)
 		}
-		// Backpressure: no poll while MaxInFlight messages are out.
-		p.mu.Lock()
-		room := p.cfg.MaxInFlight - p.inflight
-		p.mu.Unlock()
-		if room <= 0 {
-			select {
-			case <-p.room:
-			case <-ctx.Done():
-			}
-			continue
-		}
-		if known <= 0 && cur != nil && p.cfg.RecycleEvery > 0 && time.Since(cur.since) >= p.cfg.RecycleEvery {
-			// Idle and old: close it (once what it delivered is settled),
-			// which gives back anything stranded in its subscriptions.
-			p.retire(cur)
-			p.recycles.Add(1)
-			cur = nil
-		}
-		if known <= 0 {
-			// Idle watch with the legacy peek: it does not hold a slot of
-			// the broker's stream poll pool (trap 11).
-			n, err := p.peek(ctx)
-			if err != nil {
-				fail(err)
-				continue
-			}
-			p.setState(true, nil)
-			retry.reset()
-			if !p.probed {
-				p.probed = true
-				p.noStrand = p.c.embeddedBroker(ctx)
-			}
-			if n == 0 {
-				continue
-			}
-			// Poll what the peek saw at once and count the rest after
-			// delivering it: the count (QueuesInfo) costs ~10 ms on a
-			// real broker, which a lone task must not wait for.
-			known = n
-		}
-		if cur == nil {
-			select {
-			case sc := <-standby:
-				cur = p.newPollClient(sc)
-				prep()
-			case <-ctx.Done():
-				continue
-			}
-		}
-		ask := min(known, p.cfg.MaxItems, room)
-		if ask > 1 && !p.noStrand && known-ask < p.cfg.MaxItems && p.quiesce(ctx) {
-			// The tail of what is known: re-count once our batches are
-			// settled, so that messages stranded meanwhile are not asked for.
-			if known = p.ready(ctx); known <= 0 {
-				continue
-			}
-			ask = min(known, p.cfg.MaxItems, room)
-		}
-		msgs, err := p.poll(cur, ask)
-		if err != nil {
-			if errors.Is(err, ErrUnavailable) && !downSince.IsZero() && time.Since(downSince) > p.c.cfg.ReplaceAfter {
-				// A long outage: a new client gets a new connection.
-				p.log.Info("mq poller replacing stream client", "down_for", time.Since(downSince).Round(time.Millisecond))
-				p.retire(cur)
-				cur, downSince = nil, time.Now()
-			}
-			fail(err)
-			continue
-		}
-		downSince = time.Time{}
-		p.setState(true, nil)
-		retry.reset()
-		if p.onPoll != nil {
-			p.onPoll(ask, len(msgs), known)
-		}
-		if len(msgs) > 0 {
-			p.deliver(ctx, msgs)
-		}
-		known -= len(msgs)
-		if len(msgs) < ask {
-			known = 0 // fewer than asked: the poll waited, the estimate was off
-		} else if known <= 0 {
-			known = p.ready(ctx) // still busy? skip the peek
-		}
-		cur.polls++
-		if cur.polls >= p.cfg.RecycleAfter || p.cfg.RecycleEvery > 0 && time.Since(cur.since) >= p.cfg.RecycleEvery {
-			select {
-			case sc := <-standby:
-				p.retire(cur)
-				p.recycles.Add(1)
-				cur = p.newPollClient(sc)
-				prep()
-			default: // the next client is not warm yet; keep this one
-			}
-		}
+		l.step()
 	}
 	return nil
+}
+
+// loop is the state of one Run, owned by Run's goroutine: the stream client
+// in use, the next one warming up, what is known to be waiting and the
+// backoff while the broker is away.
+type loop struct {
+	p   *Poller
+	ctx context.Context
+
+	cur      *pollClient
+	standby  chan *streamClient // a warm client, from prepare
+	prepCtx  context.Context
+	stopPrep context.CancelFunc
+	prepWG   sync.WaitGroup
+
+	retry     *backoff.ExponentialBackOff
+	known     int       // messages known to be waiting
+	counted   bool      // known is a count (ready), not what the peek saw
+	downSince time.Time // first failure of the current client while the broker is away
+}
+
+func (p *Poller) newLoop(ctx context.Context) *loop {
+	l := &loop{p: p, ctx: ctx, standby: make(chan *streamClient, 1), retry: p.c.newBackoff()}
+	l.prepCtx, l.stopPrep = context.WithCancel(p.c.life)
+	l.prepareNext()
+	return l
+}
+
+// prepareNext starts warming the next stream client in the background.
+func (l *loop) prepareNext() {
+	l.prepWG.Add(1)
+	go func() {
+		defer l.prepWG.Done()
+		l.p.prepare(l.prepCtx, l.standby)
+	}()
+}
+
+// step is one turn of the loop: wait for room under MaxInFlight, watch the
+// queue while nothing is known to be waiting, then poll what is.
+func (l *loop) step() {
+	room := l.p.free()
+	if room <= 0 {
+		l.waitRoom()
+		return
+	}
+	if l.known <= 0 {
+		l.retireIdleClient()
+		if !l.watch() {
+			return
+		}
+	}
+	if !l.useClient() {
+		return
+	}
+	ask := l.askSize(room)
+	if ask <= 0 {
+		return
+	}
+	l.pollOnce(ask)
+}
+
+// free is how many more messages may be handed out under MaxInFlight.
+func (p *Poller) free() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cfg.MaxInFlight - p.inflight
+}
+
+// waitRoom waits for a settlement (backpressure: no poll while MaxInFlight
+// messages are out).
+func (l *loop) waitRoom() {
+	select {
+	case <-l.p.room:
+	case <-l.ctx.Done():
+	}
+}
+
+// retireIdleClient closes an idle client once it is RecycleEvery old (after
+// what it delivered is settled), which gives back anything stranded in its
+// subscriptions.
+func (l *loop) retireIdleClient() {
+	if l.cur != nil && l.p.cfg.RecycleEvery > 0 && time.Since(l.cur.since) >= l.p.cfg.RecycleEvery {
+		l.p.retire(l.cur)
+		l.p.recycles.Add(1)
+		l.cur = nil
+	}
+}
+
+// watch peeks the idle queue with the legacy peek, which does not hold a
+// slot of the broker's stream poll pool (trap 11), and reports whether it
+// saw a message. What the peek saw is polled at once and the rest counted
+// after delivering it: the count (QueuesInfo) costs ~10 ms on a real
+// broker, which a lone task must not wait for.
+func (l *loop) watch() bool {
+	n, err := l.p.peek(l.ctx)
+	if err != nil {
+		l.fail(err)
+		return false
+	}
+	l.succeeded()
+	l.known, l.counted = n, false
+	return n > 0
+}
+
+// useClient makes sure a stream client is in use, taking the warm one
+// (waiting for it) when none is; false when ctx ended first.
+func (l *loop) useClient() bool {
+	if l.cur != nil {
+		return true
+	}
+	select {
+	case sc := <-l.standby:
+		l.cur = l.p.newPollClient(sc)
+		l.prepareNext()
+		return true
+	case <-l.ctx.Done():
+		return false
+	}
+}
+
+// askSize is how many messages the next poll asks for: what is known to be
+// waiting, capped by MaxItems and room; 0 to watch (peek) instead. For the
+// tail of what is known it first waits for the Poller's open batches
+// (quiesce) and re-counts, so that messages stranded meanwhile (trap 13)
+// are not asked for. A count of one is peeked first: that message may be
+// stranded in one of our open batches, and a poll for it would wait its
+// whole PollWait holding one of the broker's poll slots (traps 2, 11); the
+// peek sees it at once when it is there.
+func (l *loop) askSize(room int) int {
+	p := l.p
+	ask := min(l.known, p.cfg.MaxItems, room)
+	if ask > 1 && l.known-ask < p.cfg.MaxItems && p.quiesce(l.ctx) {
+		l.count()
+		ask = min(l.known, p.cfg.MaxItems, room)
+	}
+	if l.known <= 0 || l.known == 1 && l.counted {
+		l.known = 0
+		return 0
+	}
+	return ask
+}
+
+// count sets known from the broker's count (see ready).
+func (l *loop) count() {
+	l.known, l.counted = l.p.ready(l.ctx), true
+}
+
+// pollOnce polls ask messages with the current client, delivers them,
+// updates what is known to be waiting and recycles the client when due.
+func (l *loop) pollOnce(ask int) {
+	p := l.p
+	msgs, err := p.poll(l.cur, ask)
+	if err != nil {
+		l.replaceLostClient(err)
+		l.fail(err)
+		return
+	}
+	l.downSince = time.Time{}
+	l.succeeded()
+	if p.onPoll != nil {
+		p.onPoll(ask, len(msgs), l.known)
+	}
+	if len(msgs) > 0 {
+		p.deliver(l.ctx, msgs)
+	}
+	l.known -= len(msgs)
+	if len(msgs) < ask {
+		l.known = 0 // fewer than asked: the poll waited, the estimate was off
+	} else if l.known <= 0 {
+		l.count() // still busy? skip the peek
+	}
+	l.cur.polls++
+	l.recycleBusyClient()
+}
+
+// replaceLostClient drops the current client after a long outage: a new
+// client gets a new connection (gRPC's reconnect backoff keeps growing on
+// the old one).
+func (l *loop) replaceLostClient(err error) {
+	if !errors.Is(err, ErrUnavailable) || l.downSince.IsZero() || time.Since(l.downSince) <= l.p.c.cfg.ReplaceAfter {
+		return
+	}
+	l.p.warn.Info("mq poller replacing stream client", "down_for", time.Since(l.downSince).Round(time.Millisecond))
+	l.p.retire(l.cur)
+	l.cur, l.downSince = nil, time.Now()
+}
+
+// recycleBusyClient replaces the current client with the warm one after
+// RecycleAfter polls or RecycleEvery, when the warm one is ready (trap 7).
+func (l *loop) recycleBusyClient() {
+	cfg := &l.p.cfg
+	if l.cur.polls < cfg.RecycleAfter && (cfg.RecycleEvery <= 0 || time.Since(l.cur.since) < cfg.RecycleEvery) {
+		return
+	}
+	select {
+	case sc := <-l.standby:
+		l.p.retire(l.cur)
+		l.p.recycles.Add(1)
+		l.cur = l.p.newPollClient(sc)
+		l.prepareNext()
+	default: // the next client is not warm yet; keep this one
+	}
+}
+
+// succeeded notes a call that reached the broker.
+func (l *loop) succeeded() {
+	l.p.setState(true, nil)
+	l.retry.Reset()
+}
+
+// fail handles a failed peek or poll: the broker is reported down (an
+// unavailable broker) and the loop waits its backoff.
+func (l *loop) fail(err error) {
+	if l.ctx.Err() != nil {
+		return
+	}
+	l.known = 0
+	if errors.Is(err, ErrUnavailable) {
+		l.p.setState(false, err)
+		if l.downSince.IsZero() {
+			l.downSince = time.Now()
+		}
+	} else {
+		l.p.warn.Warn("mq poller call failed", "err", err)
+	}
+	sleep(l.ctx, l.retry.NextBackOff())
+}
+
+// stop ends Run: no more clients are prepared, the current one retires, and
+// the Poller drains.
+func (l *loop) stop() {
+	l.stopPrep()
+	l.prepWG.Wait()
+	select {
+	case sc := <-l.standby:
+		sc.close()
+	default:
+	}
+	if l.cur != nil {
+		l.p.retire(l.cur)
+	}
+	l.p.drain()
+}
+
+// drain waits up to DrainTimeout for the retiring clients to have settled
+// what they delivered and to close; then (or when the Conn closes) it hard
+// stops them: their open batches send what was settled and the close gives
+// the rest back to the queue uncounted.
+func (p *Poller) drain() {
+	drained := make(chan struct{})
+	go func() { p.retiring.Wait(); close(drained) }()
+	t := time.NewTimer(p.cfg.DrainTimeout)
+	defer t.Stop()
+	select {
+	case <-drained:
+		return
+	case <-t.C:
+		p.log.Warn("mq poller drain timeout, unsettled messages go back to the queue", "in_flight", p.InFlight())
+	case <-p.c.life.Done():
+	}
+	close(p.hardStop)
+	<-drained
 }
 
 // quiesce waits, up to PollWait (the most an over-asking poll would cost),
@@ -469,35 +510,6 @@ func (p *Poller) quiesce(ctx context.Context) bool {
 	return true
 }
 
-// prepare makes a stream client and warms its downstream (1 s, trap 3)
-// ahead of need, replacing it while it cannot connect, and hands it over.
-func (p *Poller) prepare(ctx context.Context, out chan<- *streamClient) {
-	retry := p.c.newRetry()
-	for ctx.Err() == nil {
-		sc, err := p.c.newStreamClient(p.c.life, "poll")
-		if err != nil {
-			p.log.Warn("mq poller new stream client failed", "err", err)
-			sleep(ctx, retry.next())
-			continue
-		}
-		for ctx.Err() == nil {
-			if err = sc.warmPoll(); err == nil {
-				select {
-				case out <- sc:
-					return
-				case <-ctx.Done():
-				}
-				break
-			}
-			if time.Since(sc.made) > p.c.cfg.ReplaceAfter {
-				break
-			}
-			sleep(ctx, retry.next())
-		}
-		sc.close()
-	}
-}
-
 // peek watches the idle queue: a legacy peek for one message, waiting up
 // to PeekWait. It returns how many it saw (0 or 1).
 func (p *Poller) peek(ctx context.Context) (int, error) {
@@ -530,70 +542,4 @@ func (p *Poller) ready(ctx context.Context) int {
 		n = min(n, q.LastSequence-int64(p.maxSeq))
 	}
 	return int(max(n, 0))
-}
-
-// poll makes one stream poll of n messages with the client's lifetime
-// context (trap 4) and AutoAck off.
-func (p *Poller) poll(pc *pollClient, n int) ([]*Message, error) {
-	p.polls.Add(1)
-	t := &txn{pc: pc}
-	resp, err := pc.sc.c.Poll(pc.sc.ctx, &qs.PollRequest{
-		Channel:     p.cfg.Channel,
-		MaxItems:    n,
-		WaitTimeout: int(p.cfg.PollWait / time.Millisecond), // milliseconds (trap 1)
-		AutoAck:     false,
-		OnErrorFunc: t.onError,
-	})
-	if err != nil {
-		return nil, classify("poll "+p.cfg.Channel, err)
-	}
-	if len(resp.Messages) == 0 {
-		return nil, nil
-	}
-	t.resp = resp
-	t.mu.Lock()
-	t.size, t.open = len(resp.Messages), len(resp.Messages)
-	t.mu.Unlock()
-	msgs := make([]*Message, 0, len(resp.Messages))
-	for _, qm := range resp.Messages {
-		m := fromPB(qm.QueueMessage)
-		m.tx = t
-		p.maxSeq = max(p.maxSeq, m.Sequence)
-		msgs = append(msgs, m)
-	}
-	p.mu.Lock()
-	pc.out += len(msgs)
-	pc.txns[t] = struct{}{}
-	p.inflight += len(msgs)
-	p.held += len(msgs)
-	p.mu.Unlock()
-	p.msgs.Add(int64(len(msgs)))
-	return msgs, nil
-}
-
-// deliver hands msgs to Deliver; what a refused batch leaves unsettled is
-// NAcked, or at shutdown released uncounted (the stream close gives it
-// back without counting a receive).
-func (p *Poller) deliver(ctx context.Context, msgs []*Message) {
-	err := p.cfg.Deliver(ctx, msgs)
-	if err == nil {
-		return
-	}
-	for _, m := range msgs {
-		if m.Settled() {
-			continue
-		}
-		if ctx.Err() != nil {
-			if m.settled.CompareAndSwap(false, true) {
-				m.tx.drop()
-			}
-			continue
-		}
-		if nerr := m.NAck(); nerr != nil && !errors.Is(nerr, ErrAlreadySettled) {
-			p.log.Warn("mq nack of refused message failed", "msg", m, "err", nerr)
-		}
-	}
-	if ctx.Err() == nil {
-		p.log.Warn("mq deliver refused a batch", "n", len(msgs), "err", err)
-	}
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/inferq/inferq/lograte"
 	pb "github.com/kubemq-io/protobuf/go"
 )
 
@@ -77,7 +78,8 @@ func (c *Conn) SubscribeQueries(ctx context.Context, channel, group string, hand
 	sem := make(chan struct{}, maxQueryHandlers)
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	retry := c.newRetry()
+	warn := lograte.New(log, c.cfg.LogRepeatEvery)
+	retry := c.newBackoff()
 	for ctx.Err() == nil {
 		err := c.ready(ctx)
 		var stream pb.Kubemq_SubscribeToRequestsClient
@@ -90,7 +92,7 @@ func (c *Conn) SubscribeQueries(ctx context.Context, channel, group string, hand
 			if err != nil {
 				break
 			}
-			retry.reset()
+			retry.Reset()
 			select {
 			case sem <- struct{}{}:
 			case <-ctx.Done():
@@ -106,8 +108,8 @@ func (c *Conn) SubscribeQueries(ctx context.Context, channel, group string, hand
 		if ctx.Err() != nil {
 			break
 		}
-		log.Warn("mq query subscription lost, resubscribing", "err", classify("subscribe queries", err))
-		sleep(ctx, retry.next())
+		warn.Warn("mq query subscription lost, resubscribing", "err", classify("subscribe queries", err))
+		sleep(ctx, retry.NextBackOff())
 	}
 	if c.closed.Load() {
 		return ErrClosed

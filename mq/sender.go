@@ -115,83 +115,117 @@ func (s *Sender) Send(ctx context.Context, msgs ...OutMessage) error {
 // Config.ReplaceAfter of unavailability, and fails what is queued with
 // ErrClosed when the Conn closes.
 func (s *Sender) run() {
-	var (
-		client    *streamClient
-		downSince time.Time
-		pending   *sendReq
-	)
-	defer func() {
-		if client != nil {
-			client.close()
-		}
-		for {
-			select {
-			case r := <-s.reqs:
-				r.err = fmt.Errorf("mq: send: %w", ErrClosed)
-				close(r.done)
-			default:
-				return
-			}
-		}
-	}()
-	connect := func() error {
-		if client == nil {
-			sc, err := s.c.newStreamClient(s.c.life, "send")
-			if err != nil {
-				return err
-			}
-			client = sc
-		}
-		return client.warmSend()
-	}
-	if err := connect(); err != nil {
+	l := &sendLoop{s: s}
+	defer l.stop()
+	if err := l.connect(); err != nil {
 		s.c.log.Warn("mq sender warm up failed", "err", err)
 	}
 	for {
-		var first *sendReq
-		if pending != nil {
-			first, pending = pending, nil
-		} else {
-			select {
-			case first = <-s.reqs:
-			case <-s.c.life.Done():
-				return
-			}
+		first, ok := l.next()
+		if !ok {
+			return
 		}
-		batch, n, size := []*sendReq{first}, len(first.msgs), sizeOf(first.msgs)
-	gather:
-		for n < s.c.cfg.SendBatchMax && size < s.c.cfg.SendBatchBytes {
-			select {
-			case r := <-s.reqs:
-				if n+len(r.msgs) > s.c.cfg.SendBatchMax || size+sizeOf(r.msgs) > s.c.cfg.SendBatchBytes {
-					pending = r
-					break gather
-				}
-				batch = append(batch, r)
-				n += len(r.msgs)
-				size += sizeOf(r.msgs)
-			default:
-				break gather
-			}
-		}
-		err := connect()
+		batch := l.gather(first)
+		err := l.connect()
 		if err == nil {
-			downSince = time.Time{}
-			s.sendBatch(client, batch)
+			l.downSince = time.Time{}
+			s.sendBatch(l.client, batch)
 			continue
 		}
 		for _, r := range batch {
 			r.err = fmt.Errorf("mq: send: %w", err)
 			close(r.done)
 		}
-		if errors.Is(err, ErrUnavailable) {
-			if downSince.IsZero() {
-				downSince = time.Now()
-			} else if time.Since(downSince) > s.c.cfg.ReplaceAfter && client != nil {
-				s.c.log.Info("mq sender replacing stream client", "down_for", time.Since(downSince).Round(time.Millisecond))
-				client.close()
-				client, downSince = nil, time.Time{}
+		l.unavailable(err)
+	}
+}
+
+// sendLoop is the state of the Sender's run, owned by its goroutine.
+type sendLoop struct {
+	s         *Sender
+	client    *streamClient
+	downSince time.Time
+	pending   *sendReq // taken from the queue, for the next batch
+}
+
+// connect makes the stream client when there is none and reports whether
+// its upstream is ready.
+func (l *sendLoop) connect() error {
+	if l.client == nil {
+		sc, err := l.s.c.newStreamClient(l.s.c.life, "send")
+		if err != nil {
+			return err
+		}
+		l.client = sc
+	}
+	return l.client.warmSend()
+}
+
+// next returns the next request: the one left over from the last batch, or
+// the next queued; false once the Conn closes.
+func (l *sendLoop) next() (*sendReq, bool) {
+	if r := l.pending; r != nil {
+		l.pending = nil
+		return r, true
+	}
+	select {
+	case r := <-l.s.reqs:
+		return r, true
+	case <-l.s.c.life.Done():
+		return nil, false
+	}
+}
+
+// gather adds the requests already queued to first, within SendBatchMax
+// and SendBatchBytes; a request that does not fit waits for the next batch.
+func (l *sendLoop) gather(first *sendReq) []*sendReq {
+	cfg := &l.s.c.cfg
+	batch, n, size := []*sendReq{first}, len(first.msgs), sizeOf(first.msgs)
+	for n < cfg.SendBatchMax && size < cfg.SendBatchBytes {
+		select {
+		case r := <-l.s.reqs:
+			if n+len(r.msgs) > cfg.SendBatchMax || size+sizeOf(r.msgs) > cfg.SendBatchBytes {
+				l.pending = r
+				return batch
 			}
+			batch = append(batch, r)
+			n += len(r.msgs)
+			size += sizeOf(r.msgs)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+// unavailable notes a failed connect: after ReplaceAfter of unavailability
+// the client is replaced (a new client gets a new connection).
+func (l *sendLoop) unavailable(err error) {
+	if !errors.Is(err, ErrUnavailable) {
+		return
+	}
+	switch {
+	case l.downSince.IsZero():
+		l.downSince = time.Now()
+	case time.Since(l.downSince) > l.s.c.cfg.ReplaceAfter && l.client != nil:
+		l.s.c.log.Info("mq sender replacing stream client", "down_for", time.Since(l.downSince).Round(time.Millisecond))
+		l.client.close()
+		l.client, l.downSince = nil, time.Time{}
+	}
+}
+
+// stop closes the client and fails what is still queued with ErrClosed.
+func (l *sendLoop) stop() {
+	if l.client != nil {
+		l.client.close()
+	}
+	for {
+		select {
+		case r := <-l.s.reqs:
+			r.err = fmt.Errorf("mq: send: %w", ErrClosed)
+			close(r.done)
+		default:
+			return
 		}
 	}
 }

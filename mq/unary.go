@@ -85,8 +85,8 @@ func (c *Conn) ReceiveOne(ctx context.Context, channel string, wait time.Duratio
 // QueueInfo is one queue channel's counters as the broker reports them.
 type QueueInfo struct {
 	Name string
-	// Waiting is ready for delivery on the embedded broker; the real
-	// broker counts the messages delivered and not yet settled as well.
+	// Waiting counts the messages ready for delivery and those delivered
+	// and not yet settled (stranded ones included, trap 13 and 14).
 	Waiting   int64
 	Messages  int64
 	Sent      int64
@@ -137,18 +137,6 @@ func (c *Conn) queueInfo(ctx context.Context, channel string) (QueueInfo, bool, 
 	}
 	q, ok := infos[InfoName(channel)]
 	return q, ok, nil
-}
-
-// embeddedVersion is the Version the embedded broker (package broker)
-// answers Ping with.
-const embeddedVersion = "inferq-broker"
-
-// embeddedBroker reports whether the broker is inferq's embedded one, which
-// has none of the real broker's batch-stranding behaviour (see quiesce).
-// An error counts as a real broker: the safe side.
-func (c *Conn) embeddedBroker(ctx context.Context) bool {
-	r, err := c.api.Ping(ctx, &pb.Empty{})
-	return err == nil && r.Version == embeddedVersion
 }
 
 // Ping checks that the broker answers. Safe for concurrent use.

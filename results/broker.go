@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/cenkalti/backoff/v5"
 )
 
 // Broker is the part of the message broker a Store writes through. Package mq
@@ -16,15 +18,12 @@ import (
 //
 // Errors: a Store retries, then spools and later replays, every error except
 // one that says retrying can never help. An implementation reports that by
-// returning an error whose chain holds a value with the method
-//
-//	Temporary() bool
-//
-// returning false (found with errors.As), for example a message over the
-// broker's size limit or an invalid channel name. An error without that
-// method, or whose method returns true (broker unreachable, stream lost,
-// timeout), is temporary. A permanent failure is not retried: the record is
-// kept in the spool for [Store.Get] and logged, never sent again.
+// wrapping it with backoff.Permanent (github.com/cenkalti/backoff/v5): an
+// error whose chain holds a *backoff.PermanentError (found with errors.As),
+// for example a message over the broker's size limit or an invalid channel
+// name. Any other error (broker unreachable, stream lost, timeout) is
+// temporary. A permanent failure is not retried: the record is kept in the
+// spool for [Store.Get] and logged, never sent again.
 type Broker interface {
 	// SendEventStore publishes body as one event on the Events Store channel,
 	// with the given tags, and returns once the broker confirmed it stored it.
@@ -65,6 +64,6 @@ func permanent(err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
-	var t interface{ Temporary() bool }
-	return errors.As(err, &t) && !t.Temporary()
+	var p *backoff.PermanentError
+	return errors.As(err, &p)
 }

@@ -13,6 +13,11 @@ type Config struct {
 	Broker Broker
 	// Logger receives the store's logs; nil discards them.
 	Logger *slog.Logger
+	// LogRepeatEvery is the most often one repeated warning (a write
+	// retrying or spooled, a replay failing, while the broker is away; the
+	// disk spool full) is logged; the record counts the ones dropped in
+	// between ("repeated"). Default 1 min.
+	LogRepeatEvery time.Duration
 	// DataDir holds the disk spool; empty keeps the spool in memory only.
 	DataDir string
 
@@ -67,6 +72,7 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
+	setDefault(&c.LogRepeatEvery, time.Minute)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -17,5 +17,12 @@
 // gets the small substitute the caller built. [Store.Get] answers lookups from
 // the spool and from a bounded cache of recently stored records.
 //
+// Retries wait with github.com/cenkalti/backoff/v5; a Broker marks a refusal
+// that retrying cannot fix with backoff.Permanent, and such a record is never
+// sent again. While the broker is away, the warnings each record would log
+// (retrying, spooled, replay failing) are logged at most once per
+// Config.LogRepeatEvery, with a count of the ones dropped (package lograte);
+// the counters in Stats count every one.
+//
 // Records are opaque bytes here: their JSON encoding belongs to package task.
 package results

@@ -3,26 +3,22 @@ package results
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/cenkalti/backoff/v5"
 )
 
-// brokerErr is the fake's error; it follows the Temporary() contract.
-type brokerErr struct {
-	msg  string
-	temp bool
-}
-
-func (e *brokerErr) Error() string   { return e.msg }
-func (e *brokerErr) Temporary() bool { return e.temp }
-
+// The fake's errors: a refusal for good is a backoff.Permanent error, as
+// the Broker contract asks.
 var (
-	errUnavailable = &brokerErr{msg: "fake: broker unavailable", temp: true}
-	errTooLarge    = &brokerErr{msg: "fake: message too large", temp: false}
+	errUnavailable = errors.New("fake: broker unavailable")
+	errTooLarge    = backoff.Permanent(errors.New("fake: message too large"))
 )
 
 type fakeMsg struct {

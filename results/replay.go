@@ -4,6 +4,14 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+
+	"github.com/cenkalti/backoff/v5"
+)
+
+// Replay log messages, rate-limited and reset once a pass succeeds.
+const (
+	msgReplayPaused = "result replay paused: broker not answering"
+	msgReplayFailed = "result replay failed"
 )
 
 // Run replays spooled records to the broker until ctx ends, then returns
@@ -16,7 +24,10 @@ import (
 // replayed record leaves the spool (and the disk); an oversize one stays
 // there, held for lookups. Call Run once.
 func (s *Store) Run(ctx context.Context) error {
-	backoff := s.cfg.ReplayBackoff
+	wait := &backoff.ExponentialBackOff{
+		InitialInterval: s.cfg.ReplayBackoff, MaxInterval: s.cfg.ReplayBackoffMax,
+		Multiplier: 2, RandomizationFactor: 0, // one replay loop per process: nothing to spread
+	}
 	for {
 		if s.spool.stats().pending == 0 {
 			select {
@@ -27,17 +38,19 @@ func (s *Store) Run(ctx context.Context) error {
 			}
 		}
 		if s.replayPass(ctx) {
-			backoff = s.cfg.ReplayBackoff
+			wait.Reset()
+			s.warn.Reset(msgReplayPaused) // the next outage is logged from its start
+			s.warn.Reset(msgReplayFailed)
 			continue
 		}
 		if ctx.Err() != nil {
 			return nil
 		}
-		s.log.Info("result replay paused: broker not answering", "retry_in", backoff, "pending", s.spool.stats().pending)
-		if sleep(ctx, backoff) != nil {
+		d := wait.NextBackOff()
+		s.warn.Info(msgReplayPaused, "retry_in", d, "pending", s.spool.stats().pending)
+		if sleep(ctx, d) != nil {
 			return nil
 		}
-		backoff = min(2*backoff, s.cfg.ReplayBackoffMax)
 	}
 }
 
@@ -113,7 +126,7 @@ func (s *Store) replayTask(ctx context.Context, items []*item) bool {
 			s.parked.Add(1)
 			s.log.Error("spooled result refused by the broker for good; kept for lookups only", "entry", e, "err", err)
 		default:
-			s.log.Warn("result replay failed", "entry", e, "err", err)
+			s.warn.Warn(msgReplayFailed, "entry", e, "err", err)
 			return false
 		}
 	}

@@ -2,8 +2,12 @@ package results
 
 import (
 	"container/list"
+	"context"
 	"log/slog"
 	"sync"
+	"time"
+
+	"github.com/inferq/inferq/lograte"
 )
 
 // The spool holds records the broker does not have yet (pending, replayed by
@@ -43,7 +47,8 @@ func (it *item) ext() string {
 
 type spool struct {
 	log        *slog.Logger
-	disk       *disk // nil without a data dir
+	warn       *lograte.Limiter // records that repeat per entry (disk full)
+	disk       *disk            // nil without a data dir
 	maxEntries int
 	maxMem     int64
 	maxDisk    int64
@@ -60,9 +65,9 @@ type spool struct {
 	diskErrs  uint64
 }
 
-func newSpool(log *slog.Logger, d *disk, maxEntries int, maxMem, maxDisk int64) *spool {
+func newSpool(log *slog.Logger, logEvery time.Duration, d *disk, maxEntries int, maxMem, maxDisk int64) *spool {
 	return &spool{
-		log: log, disk: d, maxEntries: maxEntries, maxMem: maxMem, maxDisk: maxDisk,
+		log: log, warn: lograte.New(log, logEvery), disk: d, maxEntries: maxEntries, maxMem: maxMem, maxDisk: maxDisk,
 		pending: list.New(), held: list.New(), mem: list.New(), byTask: make(map[string][]*item),
 	}
 }
@@ -84,7 +89,7 @@ func (s *spool) add(e Entry, st itemState, removed bool) *item {
 	if reserved > 0 {
 		n, err := s.disk.write(it.header(), e.Body, e.Substitute, it.ext())
 		if err != nil {
-			s.log.Error("result spool disk write failed; record kept in memory only", "entry", e, "err", err)
+			s.warn.Log(context.Background(), slog.LevelError, "result spool disk write failed; record kept in memory only", "entry", e, "err", err)
 		}
 		written = n
 	}

@@ -1,6 +1,10 @@
 package results
 
-import "container/list"
+import (
+	"container/list"
+	"context"
+	"log/slog"
+)
 
 // The disk side of the spool: loading what a previous process left, the
 // disk bound, and the flush at Close.
@@ -38,7 +42,7 @@ func (s *spool) reserveDisk(n int64) bool {
 			el = el.Next()
 		}
 		if el == nil {
-			s.log.Error("result disk spool full; record kept in memory only",
+			s.warn.Log(context.Background(), slog.LevelError, "result disk spool full; record kept in memory only",
 				"disk_bytes", s.diskBytes, "max_disk_bytes", s.maxDisk)
 			return false
 		}

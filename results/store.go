@@ -8,6 +8,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/cenkalti/backoff/v5"
+	"github.com/inferq/inferq/lograte"
 )
 
 // ErrNotFlushed is returned by Close when spooled records exist only in
@@ -20,6 +23,7 @@ var ErrNotFlushed = errors.New("results: spooled records not on disk")
 type Store struct {
 	cfg       Config
 	log       *slog.Logger
+	warn      *lograte.Limiter // repeated warnings: retries, spooling, replay failures
 	broker    Broker
 	spool     *spool
 	cache     *cache
@@ -43,7 +47,7 @@ func New(cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{
-		cfg: cfg, log: cfg.Logger, broker: cfg.Broker,
+		cfg: cfg, log: cfg.Logger, warn: lograte.New(cfg.Logger, cfg.LogRepeatEvery), broker: cfg.Broker,
 		cache:     newCache(cfg.CacheEntries, cfg.CacheBytes),
 		removeSem: make(chan struct{}, cfg.RemoveConcurrency),
 		kick:      make(chan struct{}, 1),
@@ -52,7 +56,7 @@ func New(cfg Config) (*Store, error) {
 	if cfg.DataDir != "" {
 		d = &disk{dir: cfg.DataDir}
 	}
-	s.spool = newSpool(cfg.Logger, d, cfg.SpoolEntries, cfg.SpoolMemoryBytes, cfg.SpoolDiskBytes)
+	s.spool = newSpool(cfg.Logger, cfg.LogRepeatEvery, d, cfg.SpoolEntries, cfg.SpoolMemoryBytes, cfg.SpoolDiskBytes)
 	if d != nil {
 		recs, bad, err := d.load()
 		if err != nil {
@@ -125,19 +129,26 @@ func (s *Store) Put(ctx context.Context, e Entry) error {
 	return nil
 }
 
-// writeRetry is one broker write with the configured retries.
+// writeRetry is one broker write with the configured retries, RetryBackoff
+// apart. It returns the last write's error as the broker gave it (a
+// permanent one still marked), not backoff's view of it.
 func (s *Store) writeRetry(ctx context.Context, e Entry, removed *bool) error {
-	for attempt := 1; ; attempt++ {
-		err := s.writeOnce(ctx, e, removed)
-		if err == nil || permanent(err) || attempt > s.cfg.Retries || ctx.Err() != nil {
-			return err
+	var last error
+	attempt := 0
+	_, _ = backoff.Retry(ctx, func() (struct{}, error) {
+		if attempt++; attempt > 1 {
+			s.retries.Add(1)
 		}
-		s.log.Warn("result write failed; retrying", "entry", e, "attempt", attempt, "err", err)
-		if sleep(ctx, s.cfg.RetryBackoff) != nil {
-			return err
-		}
-		s.retries.Add(1)
-	}
+		last = s.writeOnce(ctx, e, removed)
+		return struct{}{}, last
+	},
+		backoff.WithBackOff(backoff.NewConstantBackOff(s.cfg.RetryBackoff)),
+		backoff.WithMaxTries(uint(s.cfg.Retries)+1),
+		backoff.WithMaxElapsedTime(0),
+		backoff.WithNotify(func(err error, _ time.Duration) {
+			s.warn.Warn("result write failed; retrying", "entry", e, "attempt", attempt, "err", err)
+		}))
+	return last
 }
 
 // stored notes a record the broker now holds: an oversize one stays whole
@@ -153,7 +164,7 @@ func (s *Store) stored(e Entry) {
 func (s *Store) toSpool(e Entry, removed bool, why error) {
 	s.spool.add(e, statePending, removed)
 	s.spooled.Add(1)
-	s.log.Warn("result spooled for replay", "entry", e, "err", why)
+	s.warn.Warn("result spooled for replay", "entry", e, "err", why)
 	select {
 	case s.kick <- struct{}{}:
 	default:

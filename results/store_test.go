@@ -3,6 +3,7 @@ package results
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -256,4 +257,46 @@ func TestInvalid(t *testing.T) {
 			t.Errorf("New(%+v) = %v, want ErrInvalidConfig", c, err)
 		}
 	}
+}
+
+// TestOutageWarningsAreRateLimited: while the broker is away every record
+// retries and spools, and the replay keeps failing; each of those warnings
+// is logged once per LogRepeatEvery, not once per record or retry, and the
+// replay's are logged again from the start of the next outage.
+func TestOutageWarningsAreRateLimited(t *testing.T) {
+	fb := newFakeBroker()
+	fb.down = true
+	var logs logBuf
+	cfg := testConfig(fb)
+	cfg.Logger = slogTo(&logs)
+	s := newStore(t, cfg)
+	for i := range 20 {
+		id := fmt.Sprintf("t%d", i)
+		if err := s.Put(context.Background(), Entry{TaskID: id, Status: "SUCCESS", Terminal: true, Body: rec(id, "SUCCESS"), ReplyTo: "r"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop := runStore(t, s)
+	waitFor(t, "the replay to fail a few passes", func() bool {
+		var n int
+		fb.get(func(f *fakeBroker) { n = f.calls })
+		return n > 100
+	})
+	count := func(msg string) int { return strings.Count(logs.String(), `msg="`+msg+`"`) }
+	for _, msg := range []string{"result write failed; retrying", "result spooled for replay", msgReplayFailed, msgReplayPaused} {
+		if n := count(msg); n != 1 {
+			t.Errorf("%q logged %d times during the outage, want 1", msg, n)
+		}
+	}
+	if st := s.Stats(); st.Retries != 60 || st.Pending != 20 {
+		t.Errorf("stats %+v, want 60 retries and 20 pending (the counters are not limited)", st)
+	}
+	fb.set(func(f *fakeBroker) { f.down = false })
+	waitFor(t, "the replay to drain", func() bool { return s.Stats().Pending == 0 })
+	fb.set(func(f *fakeBroker) { f.down = true })
+	if err := s.Put(context.Background(), Entry{TaskID: "late", Status: "SUCCESS", Terminal: true, Body: rec("late", "SUCCESS"), ReplyTo: "r"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the second outage's replay failure logged", func() bool { return count(msgReplayFailed) == 2 })
+	stop()
 }

@@ -1,0 +1,143 @@
+package broker
+
+import (
+	"slices"
+
+	pb "github.com/kubemq-io/protobuf/go"
+)
+
+// Stranding (KUBEMQ.md trap 13), reproduced because clients must be built
+// around it. On KubeMQ a poll's transaction is a NATS Streaming queue
+// subscription whose room is the batch it delivered, and it stays open until
+// every message of the batch is settled. Settling part of the batch makes
+// room in it, and the broker pushes the next messages of the queue there,
+// where no poll or peek sees them, until the batch completes or its client
+// closes. The final settlement frees room just before the subscription
+// closes too: what is pushed in that window, and what the batch had
+// stranded, moves to another open transaction of the queue when there is
+// one, and waits there until that one completes (up to that transaction's
+// size; the rest goes back to the queue). With no other transaction open it
+// goes back to the head of the queue at once.
+//
+// Stranded messages are not deliveries: their receive counts stay, and
+// QueuesInfo counts them in Waiting, like the delivered and unsettled
+// messages they are on KubeMQ. q.mu guards every field used here, and the
+// transactions' settled and stranded.
+
+// register adds t, which holds messages, to the queue's open transactions.
+func (q *queue) register(t *txn) {
+	q.mu.Lock()
+	q.open = append(q.open, t)
+	q.mu.Unlock()
+}
+
+// settled records that one request settled k more messages of t; done: t
+// holds nothing more, and closes.
+func (q *queue) settled(t *txn, k int, done bool) {
+	if k == 0 && !done {
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !done {
+		t.settled += k
+		q.fillLocked(t, k)
+		q.countRoomLocked()
+		return
+	}
+	moving := q.closeLocked(t)
+	if u := q.oldestOpenLocked(); u != nil {
+		moving = append(moving, q.popRawLocked(k)...)
+		n := min(len(moving), len(u.held)-len(u.stranded))
+		u.stranded = append(u.stranded, moving[:n]...)
+		moving = moving[n:]
+	}
+	q.restoreStrandedLocked(moving)
+	q.countRoomLocked()
+	q.wakeLocked()
+}
+
+// drop closes t for a client that gave it up (its stream ended, or it
+// closed the transaction): what t stranded goes back to the head of the
+// queue. The caller releases t's held messages.
+func (q *queue) drop(t *txn) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.restoreStrandedLocked(q.closeLocked(t))
+	q.countRoomLocked()
+	q.wakeLocked()
+}
+
+// closeLocked removes t from the open transactions and returns what it
+// stranded.
+func (q *queue) closeLocked(t *txn) []*pb.QueueMessage {
+	if i := slices.Index(q.open, t); i >= 0 {
+		q.open = slices.Delete(q.open, i, i+1)
+	}
+	out := t.stranded
+	t.stranded = nil
+	return out
+}
+
+// oldestOpenLocked returns the oldest open transaction, or nil.
+func (q *queue) oldestOpenLocked() *txn {
+	if len(q.open) == 0 {
+		return nil
+	}
+	return q.open[0]
+}
+
+// fillRoomLocked pushes ready messages into the room of partly settled
+// transactions, oldest first: called when messages arrive.
+func (q *queue) fillRoomLocked() {
+	if q.room == 0 || q.ready.len() == 0 {
+		return
+	}
+	for _, t := range q.open {
+		q.fillLocked(t, t.settled)
+	}
+	q.countRoomLocked()
+}
+
+// fillLocked strands up to n ready messages in t, within its room.
+func (q *queue) fillLocked(t *txn, n int) {
+	n = min(n, t.settled-len(t.stranded))
+	if n > 0 {
+		t.stranded = append(t.stranded, q.popRawLocked(n)...)
+	}
+}
+
+// countRoomLocked recounts the free room of the open transactions.
+func (q *queue) countRoomLocked() {
+	q.room = 0
+	for _, t := range q.open {
+		q.room += max(t.settled-len(t.stranded), 0)
+	}
+}
+
+// popRawLocked takes up to n messages from the head of ready into the
+// stranded state: not a delivery, so nothing about them changes.
+func (q *queue) popRawLocked(n int) []*pb.QueueMessage {
+	n = min(n, q.ready.len())
+	if n <= 0 {
+		return nil
+	}
+	out := make([]*pb.QueueMessage, n)
+	for i := range out {
+		m := q.ready.popFront()
+		q.readyBytes -= msgBytes(m)
+		out[i] = m
+	}
+	q.inflight += n
+	return out
+}
+
+// restoreStrandedLocked puts stranded messages back at the head of the
+// queue, in order.
+func (q *queue) restoreStrandedLocked(msgs []*pb.QueueMessage) {
+	for i := len(msgs) - 1; i >= 0; i-- {
+		q.ready.pushFront(msgs[i])
+		q.readyBytes += msgBytes(msgs[i])
+	}
+	q.inflight -= len(msgs)
+}

@@ -1,0 +1,182 @@
+package mq
+
+// The Poller's stream clients: each one's batches in flight, its retirement
+// once what it delivered is settled, its warm-up ahead of need, and the
+// polls and deliveries made with it.
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"time"
+
+	qs "github.com/kubemq-io/kubemq-go/queues_stream"
+)
+
+// pollClient is a stream client of the Poller with what it handed out.
+type pollClient struct {
+	poller  *Poller
+	sc      *streamClient
+	polls   int               // Run's goroutine only
+	since   time.Time         // when it started polling; Run's goroutine only
+	out     int               // unsettled messages; poller.mu
+	txns    map[*txn]struct{} // batches not completely settled; poller.mu
+	retired bool
+	idle    chan struct{} // closed when retired and out == 0
+	closing atomic.Bool   // set just before the SDK client is closed
+}
+
+func (p *Poller) newPollClient(sc *streamClient) *pollClient {
+	return &pollClient{poller: p, sc: sc, txns: map[*txn]struct{}{}, idle: make(chan struct{}), since: time.Now()}
+}
+
+// release counts one message of t settled (or given up); last: it was the
+// batch's last one, whose settlements have been sent.
+func (pc *pollClient) release(t *txn, last bool) {
+	p := pc.poller
+	p.mu.Lock()
+	pc.out--
+	p.inflight--
+	if last {
+		delete(pc.txns, t)
+		p.held -= len(t.resp.Messages)
+	}
+	if pc.retired && pc.out == 0 {
+		close(pc.idle)
+	}
+	p.mu.Unlock()
+	select {
+	case p.room <- struct{}{}:
+	default:
+	}
+}
+
+// retire stops using pc: it is closed (in the background) once everything
+// it delivered is settled, or at the hard stop, so that no ack is lost.
+func (p *Poller) retire(pc *pollClient) {
+	p.mu.Lock()
+	pc.retired = true
+	if pc.out == 0 {
+		close(pc.idle)
+	}
+	p.mu.Unlock()
+	p.retiring.Add(1)
+	go func() {
+		defer p.retiring.Done()
+		select {
+		case <-pc.idle:
+			// The last settlement is queued in the SDK; give its stream a
+			// moment to send it before the close (which waits 100 ms more).
+			time.Sleep(50 * time.Millisecond)
+		case <-p.hardStop:
+			// Send what incomplete batches have settled, so that it is
+			// not delivered again; the close gives the rest back.
+			p.mu.Lock()
+			open := make([]*txn, 0, len(pc.txns))
+			for t := range pc.txns {
+				open = append(open, t)
+			}
+			p.mu.Unlock()
+			for _, t := range open {
+				_ = t.flush()
+			}
+		}
+		pc.closing.Store(true)
+		pc.sc.close()
+	}()
+}
+
+// prepare makes a stream client and warms its downstream (1 s, trap 3)
+// ahead of need, replacing it while it cannot connect, and hands it over.
+func (p *Poller) prepare(ctx context.Context, out chan<- *streamClient) {
+	retry := p.c.newBackoff()
+	for ctx.Err() == nil {
+		sc, err := p.c.newStreamClient(p.c.life, "poll")
+		if err != nil {
+			p.warn.Warn("mq poller new stream client failed", "err", err)
+			sleep(ctx, retry.NextBackOff())
+			continue
+		}
+		for ctx.Err() == nil {
+			if err = sc.warmPoll(); err == nil {
+				select {
+				case out <- sc:
+					return
+				case <-ctx.Done():
+				}
+				break
+			}
+			if time.Since(sc.made) > p.c.cfg.ReplaceAfter {
+				break
+			}
+			sleep(ctx, retry.NextBackOff())
+		}
+		sc.close()
+	}
+}
+
+// poll makes one stream poll of n messages with the client's lifetime
+// context (trap 4) and AutoAck off.
+func (p *Poller) poll(pc *pollClient, n int) ([]*Message, error) {
+	p.polls.Add(1)
+	t := &txn{pc: pc}
+	resp, err := pc.sc.c.Poll(pc.sc.ctx, &qs.PollRequest{
+		Channel:     p.cfg.Channel,
+		MaxItems:    n,
+		WaitTimeout: int(p.cfg.PollWait / time.Millisecond), // milliseconds (trap 1)
+		AutoAck:     false,
+		OnErrorFunc: t.onError,
+	})
+	if err != nil {
+		return nil, classify("poll "+p.cfg.Channel, err)
+	}
+	if len(resp.Messages) == 0 {
+		return nil, nil
+	}
+	t.resp = resp
+	t.mu.Lock()
+	t.size, t.open = len(resp.Messages), len(resp.Messages)
+	t.mu.Unlock()
+	msgs := make([]*Message, 0, len(resp.Messages))
+	for _, qm := range resp.Messages {
+		m := fromPB(qm.QueueMessage)
+		m.tx = t
+		p.maxSeq = max(p.maxSeq, m.Sequence)
+		msgs = append(msgs, m)
+	}
+	p.mu.Lock()
+	pc.out += len(msgs)
+	pc.txns[t] = struct{}{}
+	p.inflight += len(msgs)
+	p.held += len(msgs)
+	p.mu.Unlock()
+	p.msgs.Add(int64(len(msgs)))
+	return msgs, nil
+}
+
+// deliver hands msgs to Deliver; what a refused batch leaves unsettled is
+// NAcked, or at shutdown released uncounted (the stream close gives it
+// back without counting a receive).
+func (p *Poller) deliver(ctx context.Context, msgs []*Message) {
+	err := p.cfg.Deliver(ctx, msgs)
+	if err == nil {
+		return
+	}
+	for _, m := range msgs {
+		if m.Settled() {
+			continue
+		}
+		if ctx.Err() != nil {
+			if m.settled.CompareAndSwap(false, true) {
+				m.tx.drop()
+			}
+			continue
+		}
+		if nerr := m.NAck(); nerr != nil && !errors.Is(nerr, ErrAlreadySettled) {
+			p.warn.Warn("mq nack of refused message failed", "msg", m, "err", nerr)
+		}
+	}
+	if ctx.Err() == nil {
+		p.warn.Warn("mq deliver refused a batch", "n", len(msgs), "err", err)
+	}
+}
