@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	backoffv5 "github.com/cenkalti/backoff/v5"
+	"github.com/cenkalti/backoff/v5"
 	"github.com/inferq/inferq/mq"
 	"github.com/inferq/inferq/results"
 )
@@ -33,10 +33,10 @@ func (b resultsBroker) ReceiveOne(ctx context.Context, channel string, wait time
 
 // classify marks an error that retrying cannot fix with backoff.Permanent,
 // the results.Broker contract: a message over the size limit is refused for
-// good. (Imported as backoffv5 while server.go declares a func backoff.)
+// good.
 func classify(err error) error {
 	if err != nil && errors.Is(err, mq.ErrTooLarge) {
-		return backoffv5.Permanent(err)
+		return backoff.Permanent(err)
 	}
 	return err
 }
