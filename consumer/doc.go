@@ -6,19 +6,20 @@
 //
 // One task's path, in files:
 //
-//	server.go  mq.Poller --Deliver--> intake workers: take
-//	admit.go   admit: body, tags and the model table in; a runnable
+//	intake.go  mq.Poller --Deliver--> deliver --> intake workers: take;
+//	           admit: body, tags and the model table in; a runnable
 //	           request (model, inputs, outputs, deadline, priority, the
 //	           caller's span) or a verdict (undecodable, unknown model,
-//	           bad input, too large, expired, cancelled) out
-//	server.go  --Enqueue--> runtime.Batcher, the job its Request's Owner
+//	           bad input, too large, expired, cancelled) out;
+//	           --Enqueue--> runtime.Batcher, the job its Request's Owner
 //	settle.go  job.RunStarting (journal, progress), job.Finished --> writers:
 //	           decide (a pure function: ack, retry after d, dead-letter,
 //	           unprocessable, give back) then settle carries it out:
 //	           results Store.Put, then Ack / Retry / DeadLetter / Forward / NAck
 //
-// Sync queries (query.go) and HTTP infer requests (oip.go) take the same
-// admit and the same batcher, ahead of queued tasks, and answer the caller
+// server.go holds the Server's construction, Run and the queue-depth
+// sampler. Sync queries (query.go) and HTTP infer requests (oip.go) take the
+// same admit and the same batcher, ahead of queued tasks, and answer the caller
 // instead of settling a message. Traces ride on contexts (tracing.go).
 //
 // Stages are separate goroutines joined by bounded channels, so a slow stage

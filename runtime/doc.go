@@ -6,8 +6,15 @@
 // items whose per-item dims match are concatenated along dim 0, run once,
 // and the outputs are split back per item.
 //
-// Tensors are raw little-endian row-major bytes tagged with an Open Inference
-// Protocol datatype (see DType), which is what the binary wire format carries
+// One request's path: Batcher.Enqueue --> the gatherer cuts
+// shape-group batches by the BatchPolicy and a worker runs each (gather.go)
+// --> Session.RunBatch assembles, runs and splits (batch.go); the request's
+// Owner hears RunStarting and Finished. Sessions, devices and options are in
+// session.go, placement on GPUs in placement.go.
+//
+// Tensors (package tensor) are raw little-endian row-major bytes tagged with
+// an Open Inference Protocol datatype (tensor.DType), which is what the
+// binary wire format carries
 // and what onnxruntime reads, so a request's bytes reach onnxruntime with at
 // most the one copy that concatenation needs.
 //

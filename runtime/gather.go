@@ -1,12 +1,77 @@
 package runtime
 
-// The gathering state of a Batcher: shape groups, their queues and the
-// batches cut from them, owned by the goroutine of Batcher.Run.
+// The gathering state of a Batcher (shape groups, their queues and the
+// batches cut from them, owned by the goroutine of Batcher.Run) and the
+// workers that run the batches cut: a request's path through the batcher is
+// Enqueue, gather, dispatch, runBatch, all in this file, then the Runner
+// (Session.RunBatch in batch.go).
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
+
+// Enqueue hands r to the batcher, waiting for room in the queue while it is
+// full (backpressure). It returns nil once the request is accepted; then
+// r.Owner.Finished will be called exactly once. Otherwise it returns ctx's
+// error (ctx ended first, or had already ended), an error wrapping
+// ErrClosed (Close was called or Run returned), or an error for a request
+// without Owner; the owner then hears nothing.
+//
+// ctx also governs the item: if it ends before the item's run starts, the
+// item is not run and its result is ctx's error. A run already started is not
+// interrupted.
+func (b *Batcher) Enqueue(ctx context.Context, r *Request) error {
+	return b.enqueue(ctx, r, true)
+}
+
+// TryEnqueue is Enqueue without the wait: it returns ErrQueueFull at once
+// when the queue is full.
+func (b *Batcher) TryEnqueue(ctx context.Context, r *Request) error {
+	return b.enqueue(ctx, r, false)
+}
+
+func (b *Batcher) enqueue(ctx context.Context, r *Request, wait bool) error {
+	if r == nil || r.Owner == nil {
+		return fmt.Errorf("runtime: batcher %q: request without Owner", b.name)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.closed {
+		return b.errClosed
+	}
+	select {
+	case b.tokens <- struct{}{}:
+	default:
+		if !wait {
+			return ErrQueueFull
+		}
+		select {
+		case b.tokens <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-b.closing:
+			return b.errClosed
+		}
+	}
+	r.ctx = ctx
+	r.rows = itemRows(&r.Item)
+	if r.Alone {
+		// Counting a full batch of rows makes it run in a batch of its own.
+		r.rows = max(r.rows, b.policy.MaxBatchSize)
+	}
+	r.Enqueued = time.Now()
+	if r.Priority {
+		b.prio <- r
+	} else {
+		b.normal <- r
+	}
+	return nil
+}
 
 // batch is one run's requests, cut from one shape group; gone are
 // requests of the group whose context had ended, to be answered by the
@@ -427,4 +492,65 @@ func sameShape(a, b *Item) bool {
 		}
 	}
 	return true
+}
+
+// worker runs the batches sent to runner i, one at a time.
+func (b *Batcher) worker(i int, work <-chan *batch, freed chan<- *batch) {
+	for bt := range work {
+		b.runBatch(i, bt)
+		freed <- bt
+	}
+}
+
+// runBatch runs bt on runner i and finishes every request.
+func (b *Batcher) runBatch(i int, bt *batch) {
+	for _, r := range bt.gone {
+		r.Finish(ItemResult{Err: r.ctx.Err()})
+	}
+	// A request may have been cancelled since the batch was cut.
+	reqs := bt.reqs[:0]
+	rows := 0
+	for _, r := range bt.reqs {
+		if err := r.ctx.Err(); err != nil {
+			r.Finish(ItemResult{Err: err})
+			continue
+		}
+		reqs = append(reqs, r)
+		bt.items = append(bt.items, r.Item)
+		rows += r.rows
+	}
+	if len(reqs) > 0 {
+		n := int64(len(reqs))
+		start := time.Now()
+		if b.obs != nil {
+			for _, r := range reqs {
+				b.obs.ObserveQueueWait(start.Sub(r.Enqueued))
+			}
+		}
+		for _, r := range reqs {
+			r.Start(len(reqs))
+		}
+		b.running.Add(n)
+		res := b.runners[i].RunBatch(context.Background(), bt.items)
+		elapsed := time.Since(start)
+		b.running.Add(-n)
+		if b.obs != nil {
+			b.obs.ObserveBatch(BatchStats{Runner: i, Items: len(reqs), Rows: rows, Run: elapsed})
+		}
+		if len(res) != len(reqs) {
+			err := fmt.Errorf("runtime: batcher %q: runner %d returned %d results for %d items", b.name, i, len(res), len(reqs))
+			b.logger.Error("runner fault", "batcher", b.name, "runner", i, "error", err)
+			res = make([]ItemResult, len(reqs))
+			for k := range res {
+				res[k].Err = err
+			}
+		}
+		for k, r := range reqs {
+			r.Finish(res[k])
+		}
+	}
+	clear(bt.reqs)
+	clear(bt.items)
+	clear(bt.gone)
+	bt.reqs, bt.items, bt.gone = bt.reqs[:0], bt.items[:0], bt.gone[:0]
 }

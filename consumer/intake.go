@@ -4,23 +4,159 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/inferq/inferq/mq"
+	"github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/task"
 	"github.com/inferq/inferq/tensor"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
 
+// Intake: a queued message's path from the poller (deliver, the poller's
+// Deliver callback) through the intake workers (take) and admission to its
+// model's batcher; what must not run goes straight to the writers
+// (settle.go).
+//
 // Admission: the one step that turns what arrived (a queued task, a sync
 // query, an Open Inference Protocol infer request) into a runnable request
 // or a verdict, with the same limits and the same error texts on every
 // path. It reads the body, the tags and a model table, and writes nothing:
 // what happens to a refused request (a record, the unprocessable queue, an
 // HTTP status) is its caller's business.
+
+// deliver hands a polled batch to the intake workers (backpressure: it
+// blocks while they are behind).
+func (s *Server) deliver(ctx context.Context, q *queue, batch []*mq.Message) error {
+	now := s.cfg.Now()
+	for _, m := range batch {
+		s.inflight.Add(1)
+		select {
+		case s.intake <- &delivery{q: q, msg: m, received: now}:
+		case <-ctx.Done():
+			s.inflight.Add(-1)
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+func (s *Server) intakeLoop(ctx context.Context) {
+	for {
+		select {
+		case d := <-s.intake:
+			s.take(ctx, d)
+		case <-ctx.Done():
+			// Work stops only after the pollers drained or gave up:
+			// whatever is left was given back with their streams.
+			for {
+				select {
+				case d := <-s.intake:
+					j := &job{s: s, q: d.q, msg: d.msg, received: d.received}
+					j.req.Result.Err = context.Canceled
+					s.settle(ctx, j)
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+// take admits one message and sends it on: to its model's batcher, or
+// straight to a writer when it must not run.
+func (s *Server) take(ctx context.Context, d *delivery) {
+	j := &job{s: s, q: d.q, msg: d.msg, received: d.received}
+	var counted *Model // whose inflight gauge this job holds
+	defer func() {
+		if r := recover(); r != nil {
+			// A decoder bug must not kill the worker: the message is
+			// unprocessable, and the stack goes to the log.
+			s.log.Error("panic in intake", "msg", d.msg, "panic", r, "stack", string(debug.Stack()))
+			*j = job{s: s, q: d.q, msg: d.msg, received: d.received}
+			j.adm = admitted{verdict: admitUndecodable, err: fmt.Errorf("internal error decoding the task: %v", r), model: counted}
+			s.write <- j
+		}
+	}()
+	j.adm = admit(admission{from: fromQueue, body: d.msg.Body, tags: d.msg.Tags, received: d.received,
+		records: s.cfg.Store, traced: s.trace.tr != nil}, d.q.table)
+	t, m := j.adm.task, j.adm.model
+	if t != nil {
+		j.crashes = s.journal.Crashes(d.msg.ID)
+		j.attempt = attempt(t, d.msg, j.crashes)
+	}
+	if m == nil {
+		s.write <- j
+		return
+	}
+	m.met.inflight.Inc()
+	counted = m
+	j.root = s.trace.taskRoot(d.q.name, d.msg.ID, &j.adm, j.attempt, d.received)
+	if !t.CreatedAt.IsZero() {
+		m.met.queue.Observe(d.received.Sub(t.CreatedAt).Seconds())
+	}
+	if j.adm.verdict != admitRun {
+		s.write <- j
+		return
+	}
+	if limit := maxAttempts(m, d.msg); j.crashes > 0 && j.attempt > limit {
+		// Every attempt left ended with the process: this one must not run.
+		j.lost = true
+		s.write <- j
+		return
+	}
+	s.pub.progress(d.q.name, t.ID, PctReceived, "received")
+	j.enqueued = s.cfg.Now()
+	j.stage = s.trace.stage(j.root, nil, SpanBatch)
+	j.req = runtime.Request{
+		Item: runtime.Item{Inputs: j.adm.inputs, Outputs: j.adm.outputs},
+		// A task that was in flight when a process died runs alone, so
+		// the tasks that shared its batch do not share its fate.
+		Alone: j.crashes > 0,
+		Owner: j,
+	}
+	// The batcher does not run an item whose ctx ended before its run.
+	rctx := ctx
+	if !j.adm.deadline.IsZero() {
+		rctx, j.cancel = context.WithDeadline(ctx, j.adm.deadline)
+	} else {
+		j.cancel = noCancel
+	}
+	if err := m.Batcher.Enqueue(rctx, &j.req); err != nil {
+		j.cancel()
+		j.req.Result.Err = fmt.Errorf("enqueue for inference: %w", err)
+		endSpan(j.stage, j.req.Result.Err)
+		j.stage = nil
+		s.write <- j
+	}
+}
+
+func noCancel() {}
+
+// attempt is a delivery's attempt number: the attempt tag of a delayed
+// resend, plus the broker's redeliveries after NAck, plus the attempts that
+// ended with a crash of the process.
+func attempt(t *task.Task, m *mq.Message, crashes int) int {
+	a := max(t.Attempt, 1)
+	if m.ReceiveCount > 1 {
+		a += m.ReceiveCount - 1
+	}
+	return a + crashes
+}
+
+// maxAttempts is max_retries + 1, capped by the producer's MaxReceiveCount.
+func maxAttempts(model *Model, m *mq.Message) int {
+	n := model.Config.Retries.MaxRetries + 1
+	if m.MaxReceiveCount > 0 && m.MaxReceiveCount < n {
+		n = m.MaxReceiveCount
+	}
+	return n
+}
 
 // source is where a request came from.
 type source uint8
