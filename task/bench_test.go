@@ -2,6 +2,7 @@ package task
 
 import (
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -278,23 +279,31 @@ func BenchmarkEncodeRecord(b *testing.B) {
 }
 
 // BenchmarkParseRecord decodes a 1x1000 logits record back to tensors.
+// BenchmarkParseRecord reads a SUCCESS record and its response, as a
+// producer does for every result: a 1x1000 output (logits), and the mlp's
+// 1x4 (the bench's queue mode, thousands a second).
 func BenchmarkParseRecord(b *testing.B) {
-	r := rand.New(rand.NewPCG(11, 12))
-	v := make([]float32, 1000)
-	for i := range v {
-		v[i] = float32(r.NormFloat64())
-	}
-	result, _, _ := NewInferResponse("m", "1", []tensor.Tensor{tensor.NewTensor("y", []int64{1, 1000}, v)}, nil).Encode()
-	body, _ := (&Record{TaskID: "t", Status: StatusSuccess, Result: result}).Encode()
-	b.SetBytes(int64(len(body)))
-	b.ReportAllocs()
-	for b.Loop() {
-		rec, err := ParseRecord(body)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := rec.Response(); err != nil {
-			b.Fatal(err)
-		}
+	for _, n := range []int64{1000, 4} {
+		b.Run(fmt.Sprintf("outputs=1x%d", n), func(b *testing.B) {
+			r := rand.New(rand.NewPCG(11, 12))
+			v := make([]float32, n)
+			for i := range v {
+				v[i] = float32(r.NormFloat64())
+			}
+			result, _, _ := NewInferResponse("m", "1", []tensor.Tensor{tensor.NewTensor("y", []int64{1, n}, v)}, nil).Encode()
+			body, _ := (&Record{TaskID: "0b9d3c1e-6f1a-4c55-9a43-1b0f7d2e8a11", Status: StatusSuccess, Result: result,
+				CreatedAt: time.Now(), CompletedAt: time.Now(), Attempts: 1, Worker: "inferq-0"}).Encode()
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				rec, err := ParseRecord(body)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := rec.Response(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -187,11 +187,16 @@ func jsonThenBinary(body []byte, v any) ([]byte, error) {
 	if i := skipWS(body, 0); i >= len(body) || body[i] != '{' {
 		return nil, errors.New("want a JSON object")
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := dec.Decode(v); err != nil {
+	// The object's end, found by the package's skip (no decoding), bounds
+	// what encoding/json reads: json.Unmarshal refuses trailing data, and
+	// a json.Decoder would copy the whole body into its own buffer first.
+	end, err := skipValue(body, 0, 0)
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(body[:end], v); err != nil {
 		return nil, jsonError(err)
 	}
-	end := int(dec.InputOffset())
 	if skipWS(body, end) == len(body) {
 		return nil, nil
 	}
@@ -237,9 +242,12 @@ type jsonTime struct{ t time.Time }
 
 func (j *jsonTime) UnmarshalJSON(b []byte) error {
 	var s string
-	if json.Unmarshal(b, &s) == nil {
-		j.t, _ = ParseTime(s)
+	if len(b) >= 2 && b[0] == '"' && b[len(b)-1] == '"' && bytes.IndexByte(b[1:len(b)-1], '\\') < 0 {
+		s = string(b[1 : len(b)-1]) // the common case: no escapes
+	} else if json.Unmarshal(b, &s) != nil {
+		return nil
 	}
+	j.t, _ = ParseTime(s)
 	return nil
 }
 
