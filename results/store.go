@@ -133,8 +133,19 @@ func (s *Store) Put(ctx context.Context, e Entry) error {
 // apart. It returns the last write's error as the broker gave it (a
 // permanent one still marked), not backoff's view of it.
 func (s *Store) writeRetry(ctx context.Context, e Entry, removed *bool) error {
-	var last error
-	attempt := 0
+	// The first try needs no retry machinery (backoff.Retry allocates its
+	// options, back-off and timer): a write that succeeds, the common case
+	// thousands of times a second, costs only itself.
+	last := s.writeOnce(ctx, e, removed)
+	var permanent *backoff.PermanentError
+	if last == nil || s.cfg.Retries == 0 || errors.As(last, &permanent) || ctx.Err() != nil {
+		return last
+	}
+	s.warn.Warn("result write failed; retrying", "entry", e, "attempt", 1, "err", last)
+	if sleep(ctx, s.cfg.RetryBackoff) != nil {
+		return last
+	}
+	attempt := 1
 	_, _ = backoff.Retry(ctx, func() (struct{}, error) {
 		if attempt++; attempt > 1 {
 			s.retries.Add(1)
@@ -143,7 +154,7 @@ func (s *Store) writeRetry(ctx context.Context, e Entry, removed *bool) error {
 		return struct{}{}, last
 	},
 		backoff.WithBackOff(backoff.NewConstantBackOff(s.cfg.RetryBackoff)),
-		backoff.WithMaxTries(uint(s.cfg.Retries)+1),
+		backoff.WithMaxTries(uint(s.cfg.Retries)),
 		backoff.WithMaxElapsedTime(0),
 		backoff.WithNotify(func(err error, _ time.Duration) {
 			s.warn.Warn("result write failed; retrying", "entry", e, "attempt", attempt, "err", err)
