@@ -50,22 +50,23 @@ func (q *QueryResponse) Encode() (body []byte, tags map[string]string) {
 	return withBinary(body, q.Binary, tags), tags
 }
 
-// ParseQueryResponse reads a query response body with encoding/json.
-// Binary aliases body; Result is a copy. Errors wrap ErrMalformed.
+// ParseQueryResponse reads a query response body: its members (status,
+// result, error) are a record's, so the record's reader reads it. Result
+// and Binary alias body. Errors wrap ErrMalformed.
 func ParseQueryResponse(body []byte) (*QueryResponse, error) {
-	var w struct {
-		Status Status  `json:"status"`
-		Result rawJSON `json:"result"`
-		Error  string  `json:"error"`
-	}
-	bin, err := jsonThenBinary(body, &w)
+	var r Record
+	end, err := readRecord(body, &r)
 	if err != nil {
 		return nil, fmt.Errorf("%w: query response: %v", ErrMalformed, err)
 	}
-	if w.Status == "" {
+	if r.Status == "" {
 		return nil, fmt.Errorf("%w: query response: no status", ErrMalformed)
 	}
-	return &QueryResponse{Status: w.Status, Result: w.Result, Error: w.Error, Binary: bin}, nil
+	q := &QueryResponse{Status: r.Status, Result: r.Result, Error: r.Error}
+	if skipWS(body, end) < len(body) {
+		q.Binary = body[end:]
+	}
+	return q, nil
 }
 
 // Response decodes the result as an InferResponse (see Record.Response).

@@ -242,29 +242,6 @@ func timeField(b []byte, v int, dst *time.Time) (int, error) {
 	return end, err
 }
 
-// jsonThenBinary decodes the JSON object at the start of body into v and
-// returns what follows it: the binary data, or nil when only white space
-// follows.
-func jsonThenBinary(body []byte, v any) ([]byte, error) {
-	if i := skipWS(body, 0); i >= len(body) || body[i] != '{' {
-		return nil, errors.New("want a JSON object")
-	}
-	// The object's end, found by the package's skip (no decoding), bounds
-	// what encoding/json reads: json.Unmarshal refuses trailing data, and
-	// a json.Decoder would copy the whole body into its own buffer first.
-	end, err := skipValue(body, 0, 0)
-	if err != nil {
-		return nil, err
-	}
-	if err := json.Unmarshal(body[:end], v); err != nil {
-		return nil, jsonError(err)
-	}
-	if skipWS(body, end) == len(body) {
-		return nil, nil
-	}
-	return body[end:], nil
-}
-
 // jsonError says what encoding/json found wrong in this package's words:
 // the member and what it should be, or where the syntax breaks.
 func jsonError(err error) error {
@@ -287,16 +264,6 @@ func jsonError(err error) error {
 		return errors.New("invalid JSON: unexpected end")
 	}
 	return err
-}
-
-// rawJSON keeps a member's raw JSON (nil for null).
-type rawJSON []byte
-
-func (r *rawJSON) UnmarshalJSON(b []byte) error {
-	if string(b) != "null" {
-		*r = append((*r)[:0], b...)
-	}
-	return nil
 }
 
 // InferResponse is the Open Inference Protocol response that is an

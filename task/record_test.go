@@ -223,3 +223,39 @@ func TestLogValue(t *testing.T) {
 		t.Errorf("%s", s)
 	}
 }
+
+// TestNonFiniteOutputsReadBack: a model that outputs NaN or an infinity
+// gets a SUCCESS record (the encoder writes the adapter's bare NaN and
+// Infinity); the record and the query response that carry it must read
+// back, values included, not turn into "malformed".
+func TestNonFiniteOutputsReadBack(t *testing.T) {
+	out := []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)), 0.5}
+	result, _, err := NewInferResponse("m", "1", []tensor.Tensor{tensor.NewTensor("y", []int64{1, 4}, out)}, nil).Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(what string, resp *InferResponse, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		got, err := tensor.Values[float32](resp.Outputs[0].Tensor)
+		if err != nil || len(got) != 4 || !math.IsNaN(float64(got[0])) || !math.IsInf(float64(got[1]), 1) || !math.IsInf(float64(got[2]), -1) || got[3] != 0.5 {
+			t.Errorf("%s: outputs %v (%v), want NaN +Inf -Inf 0.5", what, got, err)
+		}
+	}
+	body, _ := (&Record{TaskID: "t", Status: StatusSuccess, Result: result}).Encode()
+	rec, err := ParseRecord(body)
+	if err != nil {
+		t.Fatalf("ParseRecord(%s): %v", body, err)
+	}
+	resp, err := rec.Response()
+	check("record", resp, err)
+	qbody, _ := (&QueryResponse{Status: StatusSuccess, Result: result}).Encode()
+	q, err := ParseQueryResponse(qbody)
+	if err != nil {
+		t.Fatalf("ParseQueryResponse(%s): %v", qbody, err)
+	}
+	resp, err = q.Response()
+	check("query response", resp, err)
+}
