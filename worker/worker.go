@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/inferq/inferq/consumer"
+	"github.com/inferq/inferq/datadir"
 	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/mq"
 	"github.com/inferq/inferq/results"
@@ -36,7 +37,9 @@ type Config struct {
 	// Batchers run from Run's start until the consumer has drained.
 	Batchers []*runtime.Batcher
 	// DataDir holds the result spool (results/) and the attempt journal
-	// (journal/); "" keeps both in memory.
+	// (journal/); "" keeps both in memory. The worker holds it exclusively
+	// (datadir.Acquire) from New until Run returns: a second process on
+	// it gets a datadir.LockedError.
 	DataDir string
 	// Consumer holds the consumer's settings; New sets its Broker, Store,
 	// Models, Journal and Logger, and its Metrics when nil (on Registry).
@@ -60,6 +63,7 @@ type Worker struct {
 	conn    *mq.Conn
 	store   *results.Store
 	journal *consumer.Journal
+	dirLock *datadir.Lock
 	srv     *consumer.Server
 	lis     net.Listener
 	hs      *http.Server
@@ -79,17 +83,28 @@ func New(ctx context.Context, cfg Config) (w *Worker, err error) {
 		cfg.Registry = prometheus.NewRegistry()
 	}
 	w = &Worker{cfg: cfg, log: cfg.Logger}
-	defer func() {
-		if err != nil {
-			w.release()
-		}
-	}()
-	for _, step := range []func(context.Context) error{w.dial, w.openStore, w.openJournal, w.newConsumer, w.listen} {
+	for _, step := range []func(context.Context) error{w.lockDataDir, w.dial, w.openStore, w.openJournal, w.newConsumer, w.listen} {
 		if err := step(ctx); err != nil {
+			w.release() // not deferred: returning nil sets w to nil first
 			return nil, err
 		}
 	}
 	return w, nil
+}
+
+// lockDataDir takes the data dir before anything in it is opened: the
+// result store removes the .tmp files it finds at start, and two spools or
+// journals on one directory overwrite each other's files.
+func (w *Worker) lockDataDir(context.Context) error {
+	if w.cfg.DataDir == "" {
+		return nil
+	}
+	l, err := datadir.Acquire(w.cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	w.dirLock = l
+	return nil
 }
 
 func (w *Worker) dial(ctx context.Context) error {
@@ -158,7 +173,7 @@ func (w *Worker) openJournal(context.Context) error {
 	if w.cfg.DataDir != "" {
 		dir = filepath.Join(w.cfg.DataDir, "journal")
 	}
-	j, err := consumer.OpenJournal(dir)
+	j, err := consumer.NewJournal(consumer.JournalConfig{Dir: dir, Logger: w.log.With("component", "journal")})
 	if err != nil {
 		return err
 	}
@@ -280,5 +295,9 @@ func (w *Worker) release() {
 	}
 	if w.conn != nil {
 		_ = w.conn.Close()
+	}
+	if w.dirLock != nil { // last: the store and journal above are closed
+		_ = w.dirLock.Release()
+		w.dirLock = nil
 	}
 }
