@@ -142,6 +142,9 @@ func (o *oip) infer(w http.ResponseWriter, r *http.Request) {
 		defer func() { <-o.slots }()
 	default:
 		w.Header().Set("Retry-After", "1")
+		// Close rather than read the body to reuse the connection:
+		// reading waits for a client that may send nothing more.
+		w.Header().Set("Connection", "close")
 		oipError(w, http.StatusServiceUnavailable, fmt.Errorf("%d infer requests are in progress, the limit (http.max_concurrent_requests); retry later", cap(o.slots)))
 		return
 	}
@@ -151,6 +154,7 @@ func (o *oip) infer(w http.ResponseWriter, r *http.Request) {
 		res = oipResult{code: http.StatusBadRequest, err: err, outcome: OutcomeBadInput}
 		if errors.Is(err, task.ErrTooLarge) {
 			res.code = http.StatusRequestEntityTooLarge
+			w.Header().Set("Connection", "close") // the body is not read
 		}
 	} else {
 		res = o.s.oipInfer(r.Context(), m, body, r.Header, start)

@@ -1,12 +1,15 @@
 package consumer_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	goruntime "runtime"
@@ -470,6 +473,23 @@ func TestOIPConcurrencyCap(t *testing.T) {
 	}
 	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" || !strings.Contains(rec.Body.String(), "http.max_concurrent_requests") {
 		t.Errorf("a third request: %d %q %s, want 503 with Retry-After naming http.max_concurrent_requests", rec.Code, rec.Header().Get("Retry-After"), rec.Body)
+	}
+	// Over the network too, and without waiting for a body the client
+	// declared and has not sent: the server closes instead of reading it.
+	srv := httptest.NewServer(handler)
+	defer srv.Close()
+	for _, declared := range []int{10, 1 << 30} {
+		c, err := net.Dial("tcp", srv.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(c, "POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n", declared)
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		line, err := bufio.NewReader(c).ReadString('\n')
+		c.Close()
+		if !strings.HasPrefix(line, "HTTP/1.1 503") {
+			t.Errorf("a request declaring %d body bytes while full: %q %v, want 503 at once", declared, line, err)
+		}
 	}
 	// Other routes are not capped.
 	if rec := httptest.NewRecorder(); true {
