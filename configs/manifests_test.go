@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -194,6 +195,9 @@ func TestConfigMapParses(t *testing.T) {
 	if !strings.HasPrefix(c.HTTP.Listen, "0.0.0.0:8080") {
 		t.Errorf("http.listen %q is not reachable by the probes on port 8080", c.HTTP.Listen)
 	}
+	if !loopback(c.HTTP.Listen) && c.HTTP.AuthTokenFile == "" && tokenSecret(t, manifests(t)["Deployment"]) == nil {
+		t.Errorf("http.listen %q is reachable beyond the pod and no bearer token is set: want INFERQ_HTTP_AUTH_TOKEN from a Secret in the Deployment", c.HTTP.Listen)
+	}
 	if name := get(t, manifests(t)["Deployment"], "spec", "template", "spec", "volumes", 0, "configMap", "name"); name != get(t, cm, "metadata", "name") {
 		t.Errorf("the Deployment mounts ConfigMap %v, the manifest is %v", name, get(t, cm, "metadata", "name"))
 	}
@@ -237,5 +241,91 @@ func TestServiceMonitorScaler(t *testing.T) {
 		if b := filepath.Base(f); b != "kustomization.yaml" && !res[b] {
 			t.Errorf("kustomization.yaml does not list %s", b)
 		}
+	}
+}
+
+// loopback reports whether a listen address is reachable from its host
+// only.
+func loopback(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// tokenSecret returns the secretKeyRef the Deployment's container sets
+// INFERQ_HTTP_AUTH_TOKEN from, or nil. An optional one counts as none: the
+// pod would start without a token.
+func tokenSecret(t *testing.T, d obj) obj {
+	t.Helper()
+	env, _ := get(t, d, "spec", "template", "spec", "containers", 0, "env").([]any)
+	for _, e := range env {
+		if get(t, e, "name") != "INFERQ_HTTP_AUTH_TOKEN" {
+			continue
+		}
+		ref, _ := get(t, e, "valueFrom", "secretKeyRef").(obj)
+		if ref == nil || ref["optional"] == true || ref["name"] == nil || ref["key"] == nil {
+			return nil
+		}
+		return ref
+	}
+	return nil
+}
+
+// The HTTP port is open to the cluster only with the bearer token: the
+// Deployment sets it from a Secret, the PodMonitor scrapes with the same
+// one, and the probes ask for routes that need none.
+func TestHTTPTokenFromSecret(t *testing.T) {
+	all := manifests(t)
+	ref := tokenSecret(t, all["Deployment"])
+	if ref == nil {
+		t.Fatal("the Deployment does not set INFERQ_HTTP_AUTH_TOKEN from a (non-optional) Secret")
+	}
+	ep := get(t, all["PodMonitor"], "spec", "podMetricsEndpoints", 0)
+	if get(t, ep, "authorization", "type") != "Bearer" || get(t, ep, "authorization", "credentials", "name") != ref["name"] ||
+		get(t, ep, "authorization", "credentials", "key") != ref["key"] {
+		t.Errorf("the PodMonitor's authorization %v is not the Bearer token of Secret %v key %v", get(t, ep, "authorization"), ref["name"], ref["key"])
+	}
+	c := get(t, all["Deployment"], "spec", "template", "spec", "containers", 0)
+	for _, probe := range []string{"livenessProbe", "readinessProbe", "startupProbe"} {
+		switch p := get(t, c, probe, "httpGet", "path"); p {
+		case "/healthz", "/readyz", "/v2/health/live", "/v2/health/ready":
+		default:
+			t.Errorf("%s asks for %v, which needs the token the kubelet does not send", probe, p)
+		}
+	}
+}
+
+// The image's config listens on every interface; it cannot carry a secret,
+// so it must say how to set the token.
+func TestImageConfigNamesTheToken(t *testing.T) {
+	df, err := os.ReadFile("../Dockerfile.cuda")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var src string
+	for _, line := range strings.Split(string(df), "\n") {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "COPY" && f[2] == "/etc/inferq/inferq.yaml" {
+			src = f[1]
+		}
+	}
+	if src == "" {
+		t.Skip("Dockerfile.cuda copies no config to /etc/inferq/inferq.yaml")
+	}
+	data, err := os.ReadFile(filepath.Join("..", src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := models.Parse(data)
+	if err != nil {
+		t.Fatalf("%s: %v", src, err)
+	}
+	if !loopback(c.HTTP.Listen) && c.HTTP.AuthToken == "" && c.HTTP.AuthTokenFile == "" && !strings.Contains(string(data), "INFERQ_HTTP_AUTH_TOKEN") {
+		t.Errorf("%s listens on %s without a token and does not say to set INFERQ_HTTP_AUTH_TOKEN", src, c.HTTP.Listen)
 	}
 }

@@ -1,9 +1,13 @@
 package consumer
 
 import (
+	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/inferq/inferq/task"
 	"github.com/inferq/inferq/tensor"
@@ -19,13 +23,29 @@ type HTTPConfig struct {
 	Ready func() bool
 	// Devices describes where each model's instances run, for /v1/models.
 	Devices map[string][]string
+	// AuthToken, when set, is the bearer token every request but the
+	// health checks must carry (Authorization: Bearer <token>).
+	AuthToken string
+	// MaxConcurrentInfer bounds the infer requests in progress (reading
+	// the body included); one more is answered 503 with Retry-After at
+	// once. 0: models.DefaultHTTPMaxConcurrentRequests.
+	MaxConcurrentInfer int
 }
+
+// healthPaths are served without the bearer token: the kubelet's probes
+// and load balancers carry none, and they tell nothing about tasks.
+var healthPaths = map[string]bool{"/healthz": true, "/readyz": true, "/v2/health/live": true, "/v2/health/ready": true}
 
 // Handler serves /healthz, /readyz, /metrics, /v1/models,
 // /v1/tasks/{id} and the Open Inference Protocol's /v2 routes (see oip.go)
-// on its own mux.
+// on its own mux; with c.AuthToken, all but the health checks ask for it.
+// It is safe for concurrent use.
 func Handler(c HTTPConfig) http.Handler {
 	mux := http.NewServeMux()
+	var h http.Handler = mux
+	if c.AuthToken != "" {
+		h = requireToken(c.AuthToken, mux)
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -72,7 +92,35 @@ func Handler(c HTTPConfig) http.Handler {
 		w.Write(body)
 	})
 	mountOIP(mux, c)
-	return mux
+	return h
+}
+
+// requireToken answers 401 to a request without "Authorization: Bearer
+// <token>", health checks aside. The comparison takes the same time for
+// every wrong token: both sides are hashed to a fixed length first, so
+// neither the content nor the length of the token leaks.
+func requireToken(token string, next http.Handler) http.Handler {
+	want := sha256.Sum256([]byte(token))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if healthPaths[r.URL.Path] {
+			next.ServeHTTP(w, r)
+			return
+		}
+		auth := r.Header.Get("Authorization")
+		scheme, got, ok := strings.Cut(auth, " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="inferq"`)
+			oipError(w, http.StatusUnauthorized, errors.New("this server requires a bearer token (Authorization: Bearer <http.auth_token>)"))
+			return
+		}
+		sum := sha256.Sum256([]byte(strings.TrimSpace(got)))
+		if subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="inferq", error="invalid_token"`)
+			oipError(w, http.StatusUnauthorized, errors.New("the bearer token is not http.auth_token"))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // tensorMeta is a tensor's metadata as the Open Inference Protocol (and

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/task"
 )
@@ -32,21 +33,34 @@ import (
 // "binary_data": true on an output). It runs through the model's batcher
 // ahead of queued tasks, like a KubeMQ query. Errors are {"error": "..."}
 // with Triton's status codes: 400 for a bad request, 404 for an unknown
-// model or version, 500 for an inference failure, 503 when the model's
-// batcher is closed.
+// model or version, 413 for a body over limits.max_body_bytes, 500 for an
+// inference failure, 503 when the model's batcher is closed or
+// HTTPConfig.MaxConcurrentInfer requests are in progress (then with
+// Retry-After).
 
 // HeaderInferenceLength is the binary tensor extension's header: the
 // length of the JSON part of a request or response body.
 const HeaderInferenceLength = "Inference-Header-Content-Length"
 
+// initialBodyBuf caps the buffer an infer body starts with: the declared
+// Content-Length is the client's word, so the buffer grows with what
+// arrives beyond it.
+const initialBodyBuf = 64 << 10
+
 // oip serves the /v2 routes.
 type oip struct {
 	s     *Server
 	ready func() bool
+	// slots holds a token per infer request in progress.
+	slots chan struct{}
 }
 
 func mountOIP(mux *http.ServeMux, c HTTPConfig) {
-	o := &oip{s: c.Server, ready: c.Ready}
+	n := c.MaxConcurrentInfer
+	if n <= 0 {
+		n = models.DefaultHTTPMaxConcurrentRequests
+	}
+	o := &oip{s: c.Server, ready: c.Ready, slots: make(chan struct{}, n)}
 	if o.ready == nil {
 		o.ready = func() bool { return true }
 	}
@@ -121,10 +135,27 @@ func (o *oip) infer(w http.ResponseWriter, r *http.Request) {
 		o.s.met.HTTPInfer.WithLabelValues("", OutcomeUnknownModel).Inc()
 		return
 	}
+	// A slot before the body is read: the cap bounds the bodies in memory
+	// too. Without one the request is refused at once, not queued.
+	select {
+	case o.slots <- struct{}{}:
+		defer func() { <-o.slots }()
+	default:
+		w.Header().Set("Retry-After", "1")
+		// Close rather than read the body to reuse the connection:
+		// reading waits for a client that may send nothing more.
+		w.Header().Set("Connection", "close")
+		oipError(w, http.StatusServiceUnavailable, fmt.Errorf("%d infer requests are in progress, the limit (http.max_concurrent_requests); retry later", cap(o.slots)))
+		return
+	}
 	name := m.Config.Name
 	var res oipResult
 	if body, err := o.read(w, r, m); err != nil {
 		res = oipResult{code: http.StatusBadRequest, err: err, outcome: OutcomeBadInput}
+		if errors.Is(err, task.ErrTooLarge) {
+			res.code = http.StatusRequestEntityTooLarge
+			w.Header().Set("Connection", "close") // the body is not read
+		}
 	} else {
 		res = o.s.oipInfer(r.Context(), m, body, r.Header, start)
 	}
@@ -146,7 +177,9 @@ func (o *oip) infer(w http.ResponseWriter, r *http.Request) {
 }
 
 // read reads the request body within the model's body limit (the rule of
-// every path: checkBody).
+// every path: checkBody). Memory follows the bytes that arrived, never the
+// declared Content-Length: a client that declares 60 MB and sends a byte a
+// second holds 64 KiB, until the server's read timeout ends it.
 func (o *oip) read(w http.ResponseWriter, r *http.Request, m *Model) ([]byte, error) {
 	limit := bodyLimit(m)
 	if r.ContentLength > limit {
@@ -154,7 +187,7 @@ func (o *oip) read(w http.ResponseWriter, r *http.Request, m *Model) ([]byte, er
 	}
 	var buf bytes.Buffer
 	if r.ContentLength > 0 {
-		buf.Grow(int(r.ContentLength))
+		buf.Grow(int(min(r.ContentLength, initialBodyBuf)))
 	}
 	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit)); err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {

@@ -1,21 +1,28 @@
 package consumer_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	goruntime "runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/inferq/inferq/consumer"
+	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/mq"
+	"github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/task"
 	"github.com/inferq/inferq/tensor"
 	"github.com/prometheus/client_golang/prometheus"
@@ -279,7 +286,7 @@ func FuzzOIPInfer(f *testing.F) {
 			if err != nil || len(ir.Outputs) != 1 || ir.Outputs[0].Name != "y" {
 				t.Fatalf("200 with an unreadable response %q: %v", out, err)
 			}
-		case http.StatusBadRequest, http.StatusInternalServerError:
+		case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusInternalServerError:
 			var e map[string]string
 			if err := json.Unmarshal(out, &e); err != nil || e["error"] == "" {
 				t.Fatalf("%d with body %q: want {\"error\": \"...\"}", rec.Code, out)
@@ -292,7 +299,16 @@ func FuzzOIPInfer(f *testing.F) {
 
 // bareHandler serves the fake model over HTTP from a consumer that never
 // runs (its broker address is dead): the /v2 routes need only its models.
-func bareHandler(tb testing.TB) http.Handler {
+func bareHandler(tb testing.TB) http.Handler { return bareHandlerWith(tb, bareOpts{}) }
+
+// bareOpts adjust bareHandlerWith's model, batcher and HTTP config.
+type bareOpts struct {
+	model   func(*models.Model)
+	batcher consumer.Batcher
+	http    func(*consumer.HTTPConfig)
+}
+
+func bareHandlerWith(tb testing.TB, o bareOpts) http.Handler {
 	tb.Helper()
 	conn, err := mq.Dial(context.Background(), mq.Config{Address: "127.0.0.1:1", ClientID: "oip-fuzz"})
 	if err != nil {
@@ -304,11 +320,191 @@ func bareHandler(tb testing.TB) http.Handler {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	b := newBatcher(tb, &gatedRunner{f: newFakeBatcher()}, 8)
+	b := o.batcher
+	if b == nil {
+		b = newBatcher(tb, &gatedRunner{f: newFakeBatcher()}, 8)
+	}
+	m := defaultModel()
+	if o.model != nil {
+		o.model(&m)
+	}
 	srv, err := consumer.New(consumer.Config{Broker: conn, Store: nopStore{}, Metrics: met,
-		Models: []consumer.Model{{Config: defaultModel(), Info: fakeInfo, Batcher: b}}})
+		Models: []consumer.Model{{Config: m, Info: fakeInfo, Batcher: b}}})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return consumer.Handler(consumer.HTTPConfig{Server: srv, Gatherer: reg})
+	hc := consumer.HTTPConfig{Server: srv, Gatherer: reg}
+	if o.http != nil {
+		o.http(&hc)
+	}
+	return consumer.Handler(hc)
+}
+
+// trickle is a request body that has sent a few bytes of a body that
+// declared many more: Read returns them, then EOF (the client gave up).
+type trickle struct{ data []byte }
+
+func (t *trickle) Read(p []byte) (int, error) {
+	if len(t.data) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, t.data)
+	t.data = t.data[n:]
+	return n, nil
+}
+
+// An infer body's buffer follows the bytes that arrived, not the declared
+// Content-Length: 60 MB declared and 10 bytes sent allocate kilobytes (it
+// was 60 MB per request, 2.9 GB RSS for 50 slow clients).
+func TestOIPBodyMemoryFollowsArrival(t *testing.T) {
+	handler := bareHandler(t)
+	serve := func() *httptest.ResponseRecorder {
+		req := httptest.NewRequest("POST", "/v2/models/m/infer", &trickle{data: []byte(`{"inputs":`)})
+		req.ContentLength = 60_000_000
+		rec := httptest.NewRecorder()
+		handler.ServeHTTP(rec, req)
+		return rec
+	}
+	serve() // warm: the first request builds what every later one shares
+	var before, after goruntime.MemStats
+	goruntime.ReadMemStats(&before)
+	rec := serve()
+	goruntime.ReadMemStats(&after)
+	if rec.Code != http.StatusBadRequest {
+		t.Errorf("truncated body: %d %s, want 400", rec.Code, rec.Body)
+	}
+	// 1 MiB leaves room for the handler's own garbage and the background
+	// goroutines of the consumer's dead connection; 60 MB does not fit.
+	if got := after.TotalAlloc - before.TotalAlloc; got > 1<<20 {
+		t.Errorf("a request that declared 60 MB and sent 10 bytes allocated %d bytes", got)
+	}
+}
+
+// zeros is an endless body of zero bytes.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
+// A body over limits.max_body_bytes is refused with 413 naming the field,
+// whether it declares its length or streams past the limit.
+func TestOIPBodyOverLimit(t *testing.T) {
+	const limit = 1 << 16
+	handler := bareHandlerWith(t, bareOpts{model: func(m *models.Model) { m.Limits.MaxBodyBytes = limit }})
+	for _, tc := range []struct {
+		name   string
+		body   io.Reader
+		length int64
+	}{
+		{"declared", strings.NewReader("{}"), limit + 1},
+		{"declared huge", strings.NewReader("{}"), 1 << 40},
+		{"streamed", io.LimitReader(zeros{}, limit+1), -1},
+		{"streamed endlessly", zeros{}, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := httptest.NewRequest("POST", "/v2/models/m/infer", tc.body)
+			req.ContentLength = tc.length
+			rec := httptest.NewRecorder()
+			handler.ServeHTTP(rec, req)
+			if rec.Code != http.StatusRequestEntityTooLarge || !strings.Contains(rec.Body.String(), "limits.max_body_bytes") {
+				t.Errorf("%d %s, want 413 naming limits.max_body_bytes", rec.Code, rec.Body)
+			}
+		})
+	}
+	req := httptest.NewRequest("POST", "/v2/models/m/infer", strings.NewReader(oipCases[0].body))
+	rec := httptest.NewRecorder()
+	handler.ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK {
+		t.Errorf("a body under the limit: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// blockingBatcher holds every item until release is closed; entered
+// receives once per item taken.
+type blockingBatcher struct {
+	f       *fakeBatcher
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (b *blockingBatcher) Enqueue(ctx context.Context, r *runtime.Request) error {
+	go func() {
+		b.entered <- struct{}{}
+		select {
+		case <-b.release:
+		case <-ctx.Done():
+			r.Finish(runtime.ItemResult{Err: ctx.Err()})
+			return
+		}
+		r.Start(1)
+		r.Finish(b.f.run(r.Item))
+	}()
+	return nil
+}
+
+// Infer requests beyond http.max_concurrent_requests are answered 503 with
+// Retry-After at once, not queued; the slots come back when requests end.
+func TestOIPConcurrencyCap(t *testing.T) {
+	b := &blockingBatcher{f: newFakeBatcher(), entered: make(chan struct{}, 8), release: make(chan struct{})}
+	handler := bareHandlerWith(t, bareOpts{batcher: b, http: func(c *consumer.HTTPConfig) { c.MaxConcurrentInfer = 2 }})
+	infer := func() *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		handler.ServeHTTP(rec, httptest.NewRequest("POST", "/v2/models/m/infer", strings.NewReader(oipCases[0].body)))
+		return rec
+	}
+	held := make(chan *httptest.ResponseRecorder, 2)
+	for range 2 {
+		go func() { held <- infer() }()
+	}
+	for range 2 {
+		select {
+		case <-b.entered:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the first two requests did not reach the batcher")
+		}
+	}
+	third := make(chan *httptest.ResponseRecorder, 1)
+	go func() { third <- infer() }()
+	var rec *httptest.ResponseRecorder
+	select {
+	case rec = <-third:
+	case <-time.After(10 * time.Second):
+		close(b.release)
+		t.Fatal("a third request was not answered: it waits behind the two in progress")
+	}
+	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" || !strings.Contains(rec.Body.String(), "http.max_concurrent_requests") {
+		t.Errorf("a third request: %d %q %s, want 503 with Retry-After naming http.max_concurrent_requests", rec.Code, rec.Header().Get("Retry-After"), rec.Body)
+	}
+	// Over the network too, and without waiting for a body the client
+	// declared and has not sent: the server closes instead of reading it.
+	srv := httptest.NewServer(handler)
+	defer srv.Close()
+	for _, declared := range []int{10, 1 << 30} {
+		c, err := net.Dial("tcp", srv.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(c, "POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n", declared)
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		line, err := bufio.NewReader(c).ReadString('\n')
+		c.Close()
+		if !strings.HasPrefix(line, "HTTP/1.1 503") {
+			t.Errorf("a request declaring %d body bytes while full: %q %v, want 503 at once", declared, line, err)
+		}
+	}
+	// Other routes are not capped.
+	if rec := httptest.NewRecorder(); true {
+		handler.ServeHTTP(rec, httptest.NewRequest("GET", "/v2/models/m", nil))
+		if rec.Code != http.StatusOK {
+			t.Errorf("metadata while infer is full: %d", rec.Code)
+		}
+	}
+	close(b.release)
+	for range 2 {
+		if rec := <-held; rec.Code != http.StatusOK {
+			t.Errorf("a held request: %d %s", rec.Code, rec.Body)
+		}
+	}
+	if rec := infer(); rec.Code != http.StatusOK {
+		t.Errorf("after the held requests ended: %d %s", rec.Code, rec.Body)
+	}
 }

@@ -30,6 +30,17 @@ const (
 	DefaultMaxTensorElements = 1 << 24
 	DefaultMaxResultBytes    = 4 << 20
 
+	// The HTTP server's defaults: a client gets 5 s for its headers and
+	// 60 s for the whole request (a 64 MiB body at 1.1 MB/s) or the whole
+	// response; an idle keep-alive connection is closed after 2 minutes.
+	DefaultHTTPReadHeaderTimeout = Duration(5 * time.Second)
+	DefaultHTTPReadTimeout       = Duration(60 * time.Second)
+	DefaultHTTPWriteTimeout      = Duration(60 * time.Second)
+	DefaultHTTPIdleTimeout       = Duration(120 * time.Second)
+	// DefaultHTTPMaxConcurrentRequests bounds the infer requests in
+	// progress, and so the request bodies held in memory.
+	DefaultHTTPMaxConcurrentRequests = 64
+
 	// maxNameLen bounds model and channel names.
 	maxNameLen = 200
 	// maxMessageBytes is the broker's gRPC message limit (KUBEMQ.md trap 10).
@@ -62,9 +73,111 @@ type TLS struct {
 // Enabled reports whether any TLS file is set.
 func (t TLS) Enabled() bool { return t.Cert != "" || t.Key != "" || t.CA != "" }
 
-// HTTP is the operations endpoint (health, metrics, task lookup).
+// HTTP is the operations endpoint (health, metrics, task lookup, the Open
+// Inference Protocol). A zero timeout or limit takes its default.
 type HTTP struct {
 	Listen string `yaml:"listen"`
+	// AuthToken, when set (or read from AuthTokenFile), is the bearer
+	// token every request but the health checks (/healthz, /readyz,
+	// /v2/health/live, /v2/health/ready) must carry.
+	AuthToken string `yaml:"auth_token"`
+	// AuthTokenFile names a file holding the token (surrounding
+	// whitespace is trimmed), such as a mounted Secret.
+	AuthTokenFile string `yaml:"auth_token_file"`
+	// TLSCert and TLSKey, set together, make the listener serve HTTPS.
+	TLSCert string `yaml:"tls_cert"`
+	TLSKey  string `yaml:"tls_key"`
+	// ReadHeaderTimeout bounds reading a request's headers.
+	ReadHeaderTimeout Duration `yaml:"read_header_timeout"`
+	// ReadTimeout bounds reading a whole request, body included.
+	ReadTimeout Duration `yaml:"read_timeout"`
+	// WriteTimeout bounds a request from the end of its headers to the
+	// end of its response.
+	WriteTimeout Duration `yaml:"write_timeout"`
+	// IdleTimeout bounds the wait for the next request on a keep-alive
+	// connection.
+	IdleTimeout Duration `yaml:"idle_timeout"`
+	// MaxConcurrentRequests bounds the infer requests in progress; one
+	// more is answered 503 with Retry-After at once.
+	MaxConcurrentRequests int `yaml:"max_concurrent_requests"`
+}
+
+// SetDefaults fills h's zero timeouts and limits.
+func (h *HTTP) SetDefaults() {
+	if h.Listen == "" {
+		h.Listen = DefaultHTTPListen
+	}
+	for _, d := range []struct {
+		v   *Duration
+		def Duration
+	}{
+		{&h.ReadHeaderTimeout, DefaultHTTPReadHeaderTimeout}, {&h.ReadTimeout, DefaultHTTPReadTimeout},
+		{&h.WriteTimeout, DefaultHTTPWriteTimeout}, {&h.IdleTimeout, DefaultHTTPIdleTimeout},
+	} {
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+	if h.MaxConcurrentRequests == 0 {
+		h.MaxConcurrentRequests = DefaultHTTPMaxConcurrentRequests
+	}
+}
+
+// validate reports h's problems through top (field, message).
+func (h *HTTP) validate(top func(field, format string, args ...any)) {
+	for _, d := range []struct {
+		field string
+		v     Duration
+	}{
+		{"http.read_header_timeout", h.ReadHeaderTimeout}, {"http.read_timeout", h.ReadTimeout},
+		{"http.write_timeout", h.WriteTimeout}, {"http.idle_timeout", h.IdleTimeout},
+	} {
+		if d.v < 0 {
+			top(d.field, "is %s; want a positive duration (0 takes the default)", d.v)
+		}
+	}
+	if h.MaxConcurrentRequests < 0 {
+		top("http.max_concurrent_requests", "is %d; want at least 1 (0 takes the default %d)", h.MaxConcurrentRequests, DefaultHTTPMaxConcurrentRequests)
+	}
+	if h.AuthToken != "" && h.AuthTokenFile != "" {
+		top("http.auth_token", "and http.auth_token_file are both set; set one")
+	}
+	if strings.TrimSpace(h.AuthToken) != h.AuthToken {
+		top("http.auth_token", "has leading or trailing whitespace")
+	}
+	checkFile := func(field, path string) {
+		if path == "" {
+			return
+		}
+		if fi, err := os.Stat(path); err != nil {
+			top(field, "%v", err)
+		} else if fi.IsDir() {
+			top(field, "%s is a directory; want a file", path)
+		}
+	}
+	checkFile("http.auth_token_file", h.AuthTokenFile)
+	if (h.TLSCert == "") != (h.TLSKey == "") {
+		top("http.tls_cert", "and http.tls_key must be set together")
+	}
+	checkFile("http.tls_cert", h.TLSCert)
+	checkFile("http.tls_key", h.TLSKey)
+}
+
+// Token returns the bearer token: AuthToken, else the trimmed content of
+// AuthTokenFile, else "" (no authentication).
+func (h HTTP) Token() (string, error) {
+	if h.AuthToken != "" || h.AuthTokenFile == "" {
+		return h.AuthToken, nil
+	}
+	b, err := os.ReadFile(h.AuthTokenFile)
+	if err != nil {
+		return "", fmt.Errorf("http.auth_token_file: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("http.auth_token_file: %s is empty", h.AuthTokenFile)
+	}
+	return tok, nil
 }
 
 // Model is one served model.
@@ -201,9 +314,7 @@ func (c *Config) SetDefaults() {
 	if c.Broker.ClientID == "" {
 		c.Broker.ClientID = DefaultClientID
 	}
-	if c.HTTP.Listen == "" {
-		c.HTTP.Listen = DefaultHTTPListen
-	}
+	c.HTTP.SetDefaults()
 	for i := range c.Models {
 		m := &c.Models[i]
 		if m.Device.Kind == "" {
@@ -266,6 +377,9 @@ func (c *Config) Model(name string) *Model {
 func (c Config) Masked() Config {
 	if c.Broker.AuthToken != "" {
 		c.Broker.AuthToken = "*****"
+	}
+	if c.HTTP.AuthToken != "" {
+		c.HTTP.AuthToken = "*****"
 	}
 	return c
 }

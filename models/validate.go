@@ -39,6 +39,7 @@ func (c *Config) Validate() error {
 	if c.HTTP.Listen == "" {
 		top("http.listen", "is empty")
 	}
+	c.HTTP.validate(top)
 	if len(c.Models) == 0 {
 		top("models", "no model is configured")
 	}

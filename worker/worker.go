@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -48,8 +49,13 @@ type Config struct {
 	// /metrics; nil: a private one.
 	Registry *prometheus.Registry
 	// HTTPListen, when set, is the address of the HTTP handler (health,
-	// metrics, task lookup, Open Inference Protocol).
+	// metrics, task lookup, Open Inference Protocol); "" takes
+	// HTTP.Listen, and no listener when both are empty.
 	HTTPListen string
+	// HTTP holds the HTTP server's timeouts, infer concurrency cap,
+	// bearer token and TLS files; zero timeouts and cap take models'
+	// defaults (models.HTTP.SetDefaults).
+	HTTP models.HTTP
 	// Devices maps each model to its devices, for /v1/models.
 	Devices map[string][]string
 	Logger  *slog.Logger
@@ -201,18 +207,61 @@ func (w *Worker) newConsumer(context.Context) error {
 }
 
 func (w *Worker) listen(context.Context) error {
-	if w.cfg.HTTPListen == "" {
+	h := w.cfg.HTTP
+	addr := w.cfg.HTTPListen
+	if addr == "" {
+		addr = h.Listen
+	}
+	if addr == "" {
 		return nil
 	}
-	lis, err := net.Listen("tcp", w.cfg.HTTPListen)
+	h.SetDefaults()
+	token, err := h.Token()
 	if err != nil {
-		return fmt.Errorf("http: listen on %s: %w", w.cfg.HTTPListen, err)
+		return err
+	}
+	var tlsConf *tls.Config
+	if h.TLSCert != "" || h.TLSKey != "" {
+		cert, err := tls.LoadX509KeyPair(h.TLSCert, h.TLSKey)
+		if err != nil {
+			return fmt.Errorf("http.tls_cert %s, http.tls_key %s: %w", h.TLSCert, h.TLSKey, err)
+		}
+		tlsConf = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("http: listen on %s: %w", addr, err)
 	}
 	w.lis = lis
-	w.hs = &http.Server{ReadHeaderTimeout: 10 * time.Second,
-		Handler: consumer.Handler(consumer.HTTPConfig{Server: w.srv, Gatherer: w.cfg.Registry, Devices: w.cfg.Devices})}
-	w.log.Info("http listening", "addr", lis.Addr().String())
+	w.hs = &http.Server{
+		Handler: consumer.Handler(consumer.HTTPConfig{Server: w.srv, Gatherer: w.cfg.Registry, Devices: w.cfg.Devices,
+			AuthToken: token, MaxConcurrentInfer: h.MaxConcurrentRequests}),
+		// A client that declares a body and trickles it holds a
+		// connection and an infer slot until ReadTimeout, no longer.
+		ReadHeaderTimeout: h.ReadHeaderTimeout.D(),
+		ReadTimeout:       h.ReadTimeout.D(),
+		WriteTimeout:      h.WriteTimeout.D(),
+		IdleTimeout:       h.IdleTimeout.D(),
+		TLSConfig:         tlsConf,
+		ErrorLog:          slog.NewLogLogger(w.log.With("component", "http").Handler(), slog.LevelDebug),
+	}
+	scheme := "http"
+	if tlsConf != nil {
+		scheme = "https"
+	}
+	w.log.Info("http listening", "addr", lis.Addr().String(), "scheme", scheme, "auth", token != "")
+	if token == "" && !loopback(lis.Addr()) {
+		w.log.Warn("http listens beyond loopback without a bearer token: whoever reaches it can read task results and run inference; set http.auth_token, http.auth_token_file or INFERQ_HTTP_AUTH_TOKEN",
+			"addr", lis.Addr().String())
+	}
 	return nil
+}
+
+// loopback reports whether a listener's address is reachable from this
+// host only.
+func loopback(a net.Addr) bool {
+	ta, ok := a.(*net.TCPAddr)
+	return ok && ta.IP.IsLoopback()
 }
 
 // Ready reports whether every queue's poller reached the broker.
@@ -256,7 +305,13 @@ func (w *Worker) startBackground(ctx context.Context, bg *errgroup.Group) {
 }
 
 func (w *Worker) serveHTTP() error {
-	if err := w.hs.Serve(w.lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	var err error
+	if w.hs.TLSConfig != nil {
+		err = w.hs.ServeTLS(w.lis, "", "") // the certificate is in TLSConfig
+	} else {
+		err = w.hs.Serve(w.lis)
+	}
+	if err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("http: %w", err)
 	}
 	return nil

@@ -40,6 +40,8 @@ var envVars = []struct {
 	{[]string{"INFERQ_TLS_KEY", "KUBEMQ_TLS_KEY_FILE"}, func(c *models.Config, v string) { c.Broker.TLS.Key = v }},
 	{[]string{"INFERQ_TLS_CA", "KUBEMQ_TLS_CA_FILE"}, func(c *models.Config, v string) { c.Broker.TLS.CA = v }},
 	{[]string{"INFERQ_HTTP_LISTEN"}, func(c *models.Config, v string) { c.HTTP.Listen = v }},
+	// The environment's token replaces the file's, and its token file.
+	{[]string{"INFERQ_HTTP_AUTH_TOKEN"}, func(c *models.Config, v string) { c.HTTP.AuthToken, c.HTTP.AuthTokenFile = v, "" }},
 	{[]string{"INFERQ_DATA_DIR"}, func(c *models.Config, v string) { c.DataDir = v }},
 }
 

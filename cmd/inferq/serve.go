@@ -193,7 +193,7 @@ func (f serveFlags) workerConfig(c *models.Config, loaded worker.Loaded, reg *pr
 		Consumer: consumer.Config{Metrics: met, Worker: host, AlertWebhook: f.alertWebhook,
 			IntakeWorkers: intake, Writers: f.resultWriters, PollMaxItems: f.pollMaxItems, DrainTimeout: f.shutdownGrace,
 			QueryGroup: f.queryGroup, TracerProvider: tp},
-		Registry: reg, HTTPListen: c.HTTP.Listen, Devices: loaded.Devices(), Logger: log,
+		Registry: reg, HTTP: c.HTTP, Devices: loaded.Devices(), Logger: log,
 	}
 }
 
