@@ -22,8 +22,8 @@ import (
 	"github.com/inferq/inferq/broker"
 	pb "github.com/kubemq-io/protobuf/go"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 )
