@@ -18,10 +18,16 @@
 // lograte). An event handed to a callback (PollerConfig.OnState,
 // OnSettleError) is logged by the callback's owner, not here.
 //
+// TLS: Config.TLS verifies the broker (CA) and presents a client
+// certificate (Cert, Key). The SDK's queue stream clients take a CA file
+// only, so with a client certificate they reach the broker through the
+// Conn's TLS bridge (tlsbridge.go). Every unary call is bounded by
+// Config.CallTimeout; the Conn's own connection has gRPC keepalive.
+//
 // Files: config.go (Config, Conn, stream clients), poller.go (the Poller's
 // loop), poller_client.go (its stream clients, polls, deliveries),
 // message.go (messages and batch settlement), sender.go, unary.go, events.go,
-// queries.go, errors.go.
+// queries.go, errors.go, tlsbridge.go.
 package mq
 
 import (

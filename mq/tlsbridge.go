@@ -26,7 +26,8 @@ import (
 // socket in a directory only this user can enter, in plaintext, and the
 // bridge carries each connection to the broker over TLS with the Conn's
 // tls.Config. The bytes are the SDK's HTTP/2 as they are; gRPC keepalive
-// cannot be added to them, TCP keepalive is (bridgeKeepAlive).
+// cannot be added to them, TCP keepalive is: a broker that is gone is
+// noticed after about a minute of silence (30 s idle, 3 probes 10 s apart).
 //
 // Its goroutines end with close, which closes the connections it carries.
 type tlsBridge struct {
@@ -44,10 +45,6 @@ type tlsBridge struct {
 	wg     sync.WaitGroup
 }
 
-// bridgeKeepAlive is the TCP keepalive of the bridge's connections to the
-// broker: a peer that is gone is noticed after about a minute of silence.
-var bridgeKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 30 * time.Second, Interval: 10 * time.Second, Count: 3}
-
 // newTLSBridge listens on a fresh socket and starts accepting. life bounds
 // the dials to the broker.
 func newTLSBridge(life context.Context, addr string, cfg *tls.Config, log *slog.Logger, every time.Duration) (*tlsBridge, error) {
@@ -63,9 +60,10 @@ func newTLSBridge(life context.Context, addr string, cfg *tls.Config, log *slog.
 	}
 	cfg = cfg.Clone()
 	cfg.NextProtos = []string{"h2"} // what gRPC's own TLS credentials offer
+	keepAlive := net.KeepAliveConfig{Enable: true, Idle: 30 * time.Second, Interval: 10 * time.Second, Count: 3}
 	b := &tlsBridge{
 		base: base, dir: dir, lis: lis, addr: addr, life: life,
-		dial: tls.Dialer{NetDialer: &net.Dialer{Timeout: 10 * time.Second, KeepAliveConfig: bridgeKeepAlive}, Config: cfg},
+		dial: tls.Dialer{NetDialer: &net.Dialer{Timeout: 10 * time.Second, KeepAliveConfig: keepAlive}, Config: cfg},
 		warn: lograte.New(log, every), conns: map[net.Conn]struct{}{},
 	}
 	b.wg.Add(1)
