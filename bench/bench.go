@@ -29,6 +29,7 @@ type bencher struct {
 	plan     *plan
 	log      *slog.Logger
 	addr     string
+	conn     mq.Config // the clients' connection to addr, by brokerConn
 	embedded bool
 	runID    string
 	prod     *producers
@@ -62,6 +63,7 @@ func Run(ctx context.Context, c Config) error {
 		defer srv.Close()
 		b.addr, b.embedded = srv.Addr(), true
 	}
+	b.conn = c.brokerConn(b.addr, b.embedded)
 	if b.cfg.AdapterMax <= 0 {
 		b.cfg.AdapterMax = 300
 		if b.embedded {
@@ -75,7 +77,7 @@ func Run(ctx context.Context, c Config) error {
 	}
 	if slices.ContainsFunc(p.modes, func(m string) bool { return m != ModeDirect }) {
 		pctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-		b.prod, err = newProducers(pctx, b.addr, c.Identity, c.Producers, p.binary, b.log.With("component", "producer"))
+		b.prod, err = newProducers(pctx, b.conn, c.Identity, c.Producers, p.binary, b.log.With("component", "producer"))
 		cancel()
 		if err != nil {
 			return fmt.Errorf("producers on broker %s: %w", b.addr, err)
@@ -418,7 +420,7 @@ func (b *bencher) setup(ctx context.Context, m *benchModel, idle []*benchModel, 
 	queue := fmt.Sprintf("inferq-bench.%s.%s.%s.%s", b.runID, m.cfg.Name, strings.ReplaceAll(m.device, ":", ""), mode)
 	log := b.log.With("mode", mode)
 	srvSpec := serverSpec{
-		addr: b.addr, clientID: "inferq-bench-" + b.runID, busy: m, queue: queue, bs: bs,
+		conn: b.conn, clientID: "inferq-bench-" + b.runID, busy: m, queue: queue, bs: bs,
 		idle: idle, servers: b.cfg.Servers, log: log,
 	}
 	switch mode {
@@ -426,7 +428,7 @@ func (b *bencher) setup(ctx context.Context, m *benchModel, idle []*benchModel, 
 		run, err := directRun(m, bs, log)
 		return run, spec, err
 	case ModeBroker:
-		w, err := startBrokerWorker(b.addr, "inferq-bench-"+b.runID+"-broker", queue, m, 128, log)
+		w, err := startBrokerWorker(b.conn, "inferq-bench-"+b.runID+"-broker", queue, m, 128, log)
 		if err != nil {
 			return nil, spec, err
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/models/examples"
+	"github.com/inferq/inferq/mq"
 	"github.com/inferq/inferq/runtime"
 )
 
@@ -48,6 +49,11 @@ type Config struct {
 	Payload    string // json or binary
 	Devices    []string
 	Broker     string // "": an embedded broker in this process
+	// BrokerConn is how every client of the run reaches Broker: auth
+	// token, TLS (client certificate included), call timeout, keepalive;
+	// its Address and ClientID are the bench's. Unused with the embedded
+	// broker, which speaks plaintext without a token.
+	BrokerConn mq.Config
 	Repeat     int
 	Servers    int
 	JSONPath   string
@@ -204,4 +210,21 @@ func (c *Config) checkModels() error {
 		}
 	}
 	return nil
+}
+
+// brokerConn is the connection of the run's clients to the broker at addr:
+// BrokerConn there, or a plain connection to the embedded broker.
+func (c *Config) brokerConn(addr string, embedded bool) mq.Config {
+	if embedded {
+		return mq.Config{Address: addr}
+	}
+	conn := c.BrokerConn
+	conn.Address = addr
+	return conn
+}
+
+// withClientID is conn for the client named id.
+func withClientID(conn mq.Config, id string) mq.Config {
+	conn.ClientID = id
+	return conn
 }

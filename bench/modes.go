@@ -187,11 +187,11 @@ type producers struct {
 	clients []*client.Client
 }
 
-func newProducers(ctx context.Context, addr, identity string, n int, binary bool, log *slog.Logger) (*producers, error) {
+func newProducers(ctx context.Context, conn mq.Config, identity string, n int, binary bool, log *slog.Logger) (*producers, error) {
 	p := &producers{}
 	for i := range n {
 		c, err := client.New(ctx, client.Config{
-			Broker:       mq.Config{Address: addr, ClientID: fmt.Sprintf("%s-p%d", identity, i)},
+			Broker:       withClientID(conn, fmt.Sprintf("%s-p%d", identity, i)),
 			Identity:     fmt.Sprintf("%s-p%d", identity, i),
 			BinaryInputs: binary,
 			Logger:       log,
@@ -300,8 +300,10 @@ type brokerWorker struct {
 	done   chan error
 }
 
-func startBrokerWorker(addr, clientID, queue string, m *benchModel, pollMax int, log *slog.Logger) (*brokerWorker, error) {
-	conn, err := mq.Dial(context.Background(), mq.Config{Address: addr, ClientID: clientID, Logger: log})
+func startBrokerWorker(cfg mq.Config, clientID, queue string, m *benchModel, pollMax int, log *slog.Logger) (*brokerWorker, error) {
+	cfg = withClientID(cfg, clientID)
+	cfg.Logger = log
+	conn, err := mq.Dial(context.Background(), cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -337,7 +339,7 @@ func startBrokerWorker(addr, clientID, queue string, m *benchModel, pollMax int,
 	for !p.Up() {
 		if time.Now().After(deadline) {
 			_ = w.close()
-			return nil, fmt.Errorf("bench: broker worker not ready after 30s on %s", addr)
+			return nil, fmt.Errorf("bench: broker worker not ready after 30s on %s", cfg.Address)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -365,7 +367,7 @@ func (w *brokerWorker) close() error {
 // serverSpec is an in-process inferq server: worker.Worker (mq, results,
 // consumer, runtime batchers) over the bench's sessions.
 type serverSpec struct {
-	addr     string
+	conn     mq.Config // the broker connection, by Config.brokerConn
 	clientID string
 	busy     *benchModel
 	queue    string // the busy model's queue
@@ -405,7 +407,7 @@ func startServers(ctx context.Context, spec serverSpec) (*benchServer, error) {
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			_ = bs.close()
-			return nil, fmt.Errorf("bench: server not ready after 30s on broker %s", spec.addr)
+			return nil, fmt.Errorf("bench: server not ready after 30s on broker %s", spec.conn.Address)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -415,7 +417,7 @@ func startServers(ctx context.Context, spec serverSpec) (*benchServer, error) {
 // ones, each with batchers of its own over the shared sessions.
 func (bs *benchServer) startOne(spec serverSpec, i int) error {
 	cfg := worker.Config{
-		Broker: mq.Config{Address: spec.addr, ClientID: fmt.Sprintf("%s-s%d", spec.clientID, i)},
+		Broker: withClientID(spec.conn, fmt.Sprintf("%s-s%d", spec.clientID, i)),
 		Consumer: consumer.Config{Worker: "bench", IntakeWorkers: 2, Writers: 128, PollMaxItems: 128,
 			DrainTimeout: 5 * time.Second},
 		Logger: spec.log,

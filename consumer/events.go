@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"sync"
 	"time"
@@ -158,16 +160,39 @@ func (a *alerter) fire(al Alert) {
 	}()
 }
 
+// post sends body to the webhook. Its errors never carry the webhook's
+// URL, whose path or query often is the credential (Slack, Teams, Discord
+// hooks): only its host.
 func (a *alerter) post(body []byte) error {
+	host := webhookHost(a.webhook)
 	resp, err := a.client.Post(a.webhook, "application/json", bytes.NewReader(body))
 	if err != nil {
-		return err
+		return redactURL(host, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("webhook answered %s", resp.Status)
+		return fmt.Errorf("webhook at %s answered %s", host, resp.Status)
 	}
 	return nil
+}
+
+// webhookHost is what the logs may say of a webhook URL: its host.
+func webhookHost(raw string) string {
+	if u, err := url.Parse(raw); err == nil && u.Host != "" {
+		return u.Host
+	}
+	return "(unparsable URL)"
+}
+
+// redactURL replaces the URL of every *url.Error in err's chain (the form
+// of net/http's client errors, including those of a redirect's target) by
+// host.
+func redactURL(host string, err error) error {
+	var ue *url.Error
+	if !errors.As(err, &ue) {
+		return err
+	}
+	return fmt.Errorf("webhook %s at %s: %w", ue.Op, host, redactURL(host, ue.Err))
 }
 
 // wait waits for webhook posts in flight (each bounded by the timeout).

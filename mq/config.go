@@ -18,10 +18,16 @@
 // lograte). An event handed to a callback (PollerConfig.OnState,
 // OnSettleError) is logged by the callback's owner, not here.
 //
+// TLS: Config.TLS verifies the broker (CA) and presents a client
+// certificate (Cert, Key). The SDK's queue stream clients take a CA file
+// only, so with a client certificate they reach the broker through the
+// Conn's TLS bridge (tlsbridge.go). Every unary call is bounded by
+// Config.CallTimeout; the Conn's own connection has gRPC keepalive.
+//
 // Files: config.go (Config, Conn, stream clients), poller.go (the Poller's
 // loop), poller_client.go (its stream clients, polls, deliveries),
 // message.go (messages and batch settlement), sender.go, unary.go, events.go,
-// queries.go, errors.go.
+// queries.go, errors.go, tlsbridge.go.
 package mq
 
 import (
@@ -47,29 +53,64 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 )
 
-// TLS configures a TLS connection to the broker.
+// TLS configures a TLS connection to the broker. Setting any of CA, Cert
+// or Key turns TLS on.
 type TLS struct {
 	// CA is a PEM file with the certificate(s) that sign the broker's
-	// certificate. Setting CA (or Cert) turns TLS on.
+	// certificate. Empty: the system's roots.
 	CA string
-	// Cert and Key would present a client certificate (mutual TLS).
-	// kubemq-go v1.9.0 cannot present one on its queue streams, so
-	// Validate refuses Key; Cert alone is taken as the CA, as the SDK does.
+	// Cert and Key are PEM files with a client certificate and its key,
+	// presented to the broker (mutual TLS). Set both or neither.
 	Cert, Key string
-	// ServerName overrides the name checked in the broker's certificate.
+	// ServerName overrides the name checked in the broker's certificate
+	// (default: the host of Address).
 	ServerName string
 }
 
-func (t TLS) enabled() bool { return t.CA != "" || t.Cert != "" }
+func (t TLS) enabled() bool { return t.CA != "" || t.Cert != "" || t.Key != "" }
 
-func (t TLS) caFile() string {
-	if t.CA != "" {
-		return t.CA
+// sdkCanDial reports whether kubemq-go's queues_stream client can make the
+// connection itself: it takes a CA file and a server name only
+// (qs.WithCredentials), so a client certificate, or the system roots,
+// need the Conn's bridge (tlsbridge.go).
+func (t TLS) sdkCanDial() bool { return !t.enabled() || (t.CA != "" && t.Cert == "") }
+
+// config builds the client side TLS configuration for a broker at host.
+// Its errors name the field at fault.
+func (t TLS) config(host string) (*tls.Config, error) {
+	switch {
+	case t.Cert != "" && t.Key == "":
+		return nil, errors.New("mq: config: TLS.Cert is set without TLS.Key: a client certificate needs its key")
+	case t.Key != "" && t.Cert == "":
+		return nil, errors.New("mq: config: TLS.Key is set without TLS.Cert: a client key needs its certificate")
 	}
-	return t.Cert
+	cfg := &tls.Config{ServerName: t.ServerName, MinVersion: tls.VersionTLS12}
+	if cfg.ServerName == "" {
+		cfg.ServerName = host
+	}
+	if t.CA != "" {
+		pem, err := os.ReadFile(t.CA)
+		if err != nil {
+			return nil, fmt.Errorf("mq: config: TLS.CA: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("mq: config: TLS.CA: no PEM certificate in %s", t.CA)
+		}
+		cfg.RootCAs = pool
+	}
+	if t.Cert != "" {
+		pair, err := tls.LoadX509KeyPair(t.Cert, t.Key)
+		if err != nil {
+			return nil, fmt.Errorf("mq: config: TLS.Cert and TLS.Key: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return cfg, nil
 }
 
 // Config configures a Conn. The zero value of every field but Address gets
@@ -82,7 +123,7 @@ type Config struct {
 	ClientID string
 	// AuthToken is KubeMQ's JWT, sent as the authorization header.
 	AuthToken string
-	// TLS turns TLS on when CA or Cert is set.
+	// TLS turns TLS on when CA, Cert or Key is set.
 	TLS TLS
 	// Logger receives the package's logs. Default: discard.
 	Logger *slog.Logger
@@ -99,6 +140,28 @@ type Config struct {
 	MaxMessageBytes int
 	// SendTimeout bounds one stream send to the broker. Default 10 s.
 	SendTimeout time.Duration
+	// CallTimeout bounds each unary call on the Conn (peek, receive, queue
+	// info, ping, event send, query response) whose context has no earlier
+	// deadline; a call that waits at the broker on purpose (a receive's
+	// wait, a query's timeout) gets that wait on top. A call that runs out
+	// of it fails with ErrUnavailable: a broker that does not answer is as
+	// good as away. Default 10 s.
+	CallTimeout time.Duration
+	// KeepaliveTime and KeepaliveTimeout are the gRPC keepalive of the
+	// Conn's own connection: after KeepaliveTime without a frame from the
+	// broker, a ping; no answer within KeepaliveTimeout closes the
+	// connection, so that a broker gone without a FIN is noticed while
+	// streams wait on it. Defaults 5 min and 10 s. KubeMQ's gRPC server
+	// keeps gRPC's default enforcement (MinTime 5 min, no pings without a
+	// stream): a client that pings more often on a quiet connection gets a
+	// GOAWAY "too_many_pings" after three pings, which closes the
+	// connection and every stream on it. Lower KeepaliveTime only for a
+	// broker that permits it. Idle middleboxes are kept open meanwhile by
+	// TCP keepalive (Go's dialer: 15 s).
+	KeepaliveTime, KeepaliveTimeout time.Duration
+	// KeepalivePermitWithoutStream pings even when no stream is open; off
+	// by default, as KubeMQ counts such pings as abuse.
+	KeepalivePermitWithoutStream bool
 	// ReplaceAfter: a stream client that stays disconnected this long is
 	// replaced by a new one (new gRPC connection), so that a long outage
 	// does not leave it on gRPC's growing reconnect backoff. Default 10 s.
@@ -117,12 +180,10 @@ func (c *Config) Validate() error {
 	if _, _, err := splitAddr(c.Address); err != nil {
 		return err
 	}
-	if c.TLS.Key != "" {
-		return errors.New("mq: config: TLS.Key: client certificates are not supported by kubemq-go v1.9.0 queue streams")
-	}
 	if c.TLS.enabled() {
-		if _, err := os.Stat(c.TLS.caFile()); err != nil {
-			return fmt.Errorf("mq: config: TLS CA: %w", err)
+		host, _, _ := splitAddr(c.Address)
+		if _, err := c.TLS.config(host); err != nil {
+			return err
 		}
 	}
 	if c.ClientID == "" {
@@ -135,6 +196,9 @@ func (c *Config) Validate() error {
 	setDefault(&c.SendBatchBytes, 32<<20)
 	setDefault(&c.MaxMessageBytes, 16<<20)
 	setDefault(&c.SendTimeout, 10*time.Second)
+	setDefault(&c.CallTimeout, 10*time.Second)
+	setDefault(&c.KeepaliveTime, 5*time.Minute)
+	setDefault(&c.KeepaliveTimeout, 10*time.Second)
 	setDefault(&c.ReplaceAfter, 10*time.Second)
 	setDefault(&c.RetryMin, 100*time.Millisecond)
 	setDefault(&c.RetryMax, 3*time.Second)
@@ -190,6 +254,7 @@ type Conn struct {
 
 	sender *Sender
 	events *storeSender
+	bridge *tlsBridge // nil unless the SDK cannot dial the broker itself
 
 	clients atomic.Int64 // stream clients made, for unique client ids
 	token   string       // random, names this Conn in store client ids
@@ -210,16 +275,13 @@ func Dial(ctx context.Context, cfg Config) (*Conn, error) {
 	host, port, _ := splitAddr(cfg.Address)
 	c := &Conn{cfg: cfg, log: cfg.Logger, host: host, port: port, token: newID()[:8]}
 	creds := insecure.NewCredentials()
+	var tlsCfg *tls.Config
 	if cfg.TLS.enabled() {
-		pem, err := os.ReadFile(cfg.TLS.caFile())
-		if err != nil {
-			return nil, fmt.Errorf("mq: dial: read CA: %w", err)
+		var err error
+		if tlsCfg, err = cfg.TLS.config(host); err != nil {
+			return nil, err
 		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("mq: dial: no certificate in %s", cfg.TLS.caFile())
-		}
-		creds = credentials.NewTLS(&tls.Config{RootCAs: pool, ServerName: cfg.TLS.ServerName, MinVersion: tls.VersionTLS12})
+		creds = credentials.NewTLS(tlsCfg)
 	}
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
@@ -230,11 +292,15 @@ func Dial(ctx context.Context, cfg Config) (*Conn, error) {
 			Backoff:           grpcbackoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
 			MinConnectTimeout: 5 * time.Second,
 		}),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{
+			Time: cfg.KeepaliveTime, Timeout: cfg.KeepaliveTimeout, PermitWithoutStream: cfg.KeepalivePermitWithoutStream,
+		}),
+		grpc.WithChainUnaryInterceptor(c.callDeadline),
 	}
 	if cfg.AuthToken != "" {
 		tok := cfg.AuthToken
 		opts = append(opts,
-			grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, inv grpc.UnaryInvoker, o ...grpc.CallOption) error {
+			grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, inv grpc.UnaryInvoker, o ...grpc.CallOption) error {
 				return inv(metadata.AppendToOutgoingContext(ctx, "authorization", tok), method, req, reply, cc, o...)
 			}),
 			grpc.WithStreamInterceptor(func(ctx context.Context, d *grpc.StreamDesc, cc *grpc.ClientConn, method string, s grpc.Streamer, o ...grpc.CallOption) (grpc.ClientStream, error) {
@@ -247,6 +313,13 @@ func Dial(ctx context.Context, cfg Config) (*Conn, error) {
 	}
 	c.cc, c.api = cc, pb.NewKubemqClient(cc)
 	c.life, c.stop = context.WithCancel(context.WithoutCancel(ctx))
+	if !cfg.TLS.sdkCanDial() {
+		if c.bridge, err = newTLSBridge(c.life, cfg.Address, tlsCfg, c.log, cfg.LogRepeatEvery); err != nil {
+			c.stop()
+			_ = cc.Close()
+			return nil, err
+		}
+	}
 	c.events = newStoreSender(c)
 	c.sender = newSender(c)
 	c.wg.Add(1)
@@ -274,6 +347,9 @@ func (c *Conn) Close() error {
 	c.goMu.Unlock()
 	c.stop()
 	c.wg.Wait()
+	if c.bridge != nil {
+		c.bridge.close()
+	}
 	return c.cc.Close()
 }
 
@@ -374,8 +450,14 @@ func (c *Conn) newStreamClient(parent context.Context, purpose string) (*streamC
 	if c.cfg.AuthToken != "" {
 		opts = append(opts, qs.WithAuthToken(c.cfg.AuthToken))
 	}
-	if c.cfg.TLS.enabled() {
-		opts = append(opts, qs.WithCredentials(c.cfg.TLS.caFile(), c.cfg.TLS.ServerName))
+	switch {
+	case c.bridge != nil:
+		// The SDK dials "host:port" with at most a CA file; the bridge's
+		// host "unix:/dir/s" and port 1 make gRPC's unix resolver dial the
+		// bridge's socket "/dir/s:1" in plaintext instead.
+		opts = append(opts, qs.WithAddress("unix:"+c.bridge.base, 1))
+	case c.cfg.TLS.enabled():
+		opts = append(opts, qs.WithCredentials(c.cfg.TLS.CA, c.cfg.TLS.ServerName))
 	}
 	sc, err := qs.NewQueuesStreamClient(ctx, opts...)
 	if err != nil {

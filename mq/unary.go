@@ -5,10 +5,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
 	pb "github.com/kubemq-io/protobuf/go"
+	"google.golang.org/grpc"
 )
 
 // newID returns a random 128-bit hex id for requests and events.
@@ -146,4 +148,34 @@ func (c *Conn) Ping(ctx context.Context) error {
 	}
 	_, err := c.api.Ping(ctx, &pb.Empty{})
 	return classify("ping", err)
+}
+
+// callDeadline is the Conn's unary interceptor: it bounds a call whose
+// context has no earlier deadline by Config.CallTimeout, plus the time the
+// request asks the broker to wait (a receive's wait, a query's timeout),
+// and turns that bound's expiry into ErrUnavailable. A deadline of the
+// caller's stays the caller's (context.DeadlineExceeded).
+func (c *Conn) callDeadline(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, inv grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	d := c.cfg.CallTimeout + brokerWait(req)
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= d {
+		return inv(ctx, method, req, reply, cc, opts...)
+	}
+	cctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	err := inv(cctx, method, req, reply, cc, opts...)
+	if err != nil && ctx.Err() == nil && errors.Is(cctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("%w: no answer within %v (mq.Config.CallTimeout): %w", ErrUnavailable, d, err)
+	}
+	return err
+}
+
+// brokerWait is how long req asks the broker to wait before it answers.
+func brokerWait(req any) time.Duration {
+	switch r := req.(type) {
+	case *pb.ReceiveQueueMessagesRequest:
+		return time.Duration(max(r.WaitTimeSeconds, 0)) * time.Second
+	case *pb.Request:
+		return time.Duration(max(r.Timeout, 0)) * time.Millisecond
+	}
+	return 0
 }

@@ -1,0 +1,419 @@
+package mq
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/inferq/inferq/broker"
+	pb "github.com/kubemq-io/protobuf/go"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+)
+
+// testPKI is a CA with a server certificate for 127.0.0.1 and a client
+// certificate, as PEM files in a test's temporary directory.
+type testPKI struct {
+	ca                    string // CA certificate file
+	clientCert, clientKey string
+	server                tls.Certificate
+	pool                  *x509.CertPool
+	otherCA               string // a CA that signed neither
+	otherCert, otherKey   string // a client certificate signed by otherCA
+}
+
+func newTestPKI(t *testing.T) *testPKI {
+	t.Helper()
+	dir := t.TempDir()
+	write := func(name, typ string, der []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	newKey := func() *ecdsa.PrivateKey {
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	serial := int64(0)
+	issue := func(tmpl, parent *x509.Certificate, pub *ecdsa.PublicKey, signer *ecdsa.PrivateKey) *x509.Certificate {
+		serial++
+		tmpl.SerialNumber = big.NewInt(serial)
+		tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(time.Hour)
+		if parent == nil {
+			parent = tmpl
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, pub, signer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := x509.ParseCertificate(der)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	newCA := func(name string) (*x509.Certificate, *ecdsa.PrivateKey) {
+		k := newKey()
+		return issue(&x509.Certificate{Subject: pkix.Name{CommonName: name}, IsCA: true, BasicConstraintsValid: true,
+			KeyUsage: x509.KeyUsageCertSign}, nil, &k.PublicKey, k), k
+	}
+	leaf := func(name string, ca *x509.Certificate, caKey *ecdsa.PrivateKey, usage x509.ExtKeyUsage) (*x509.Certificate, *ecdsa.PrivateKey) {
+		k := newKey()
+		tmpl := &x509.Certificate{Subject: pkix.Name{CommonName: name}, KeyUsage: x509.KeyUsageDigitalSignature,
+			ExtKeyUsage: []x509.ExtKeyUsage{usage}}
+		if usage == x509.ExtKeyUsageServerAuth {
+			tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1)}
+		}
+		return issue(tmpl, ca, &k.PublicKey, caKey), k
+	}
+	keyDER := func(k *ecdsa.PrivateKey) []byte {
+		der, err := x509.MarshalECPrivateKey(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return der
+	}
+	ca, caKey := newCA("inferq test CA")
+	srv, srvKey := leaf("broker", ca, caKey, x509.ExtKeyUsageServerAuth)
+	cli, cliKey := leaf("inferq", ca, caKey, x509.ExtKeyUsageClientAuth)
+	other, otherKey := newCA("other CA")
+	ocli, ocliKey := leaf("intruder", other, otherKey, x509.ExtKeyUsageClientAuth)
+	p := &testPKI{
+		ca:         write("ca.pem", "CERTIFICATE", ca.Raw),
+		clientCert: write("client.pem", "CERTIFICATE", cli.Raw),
+		clientKey:  write("client.key", "EC PRIVATE KEY", keyDER(cliKey)),
+		otherCA:    write("other-ca.pem", "CERTIFICATE", other.Raw),
+		otherCert:  write("other-client.pem", "CERTIFICATE", ocli.Raw),
+		otherKey:   write("other-client.key", "EC PRIVATE KEY", keyDER(ocliKey)),
+		server:     tls.Certificate{Certificate: [][]byte{srv.Raw}, PrivateKey: srvKey},
+		pool:       x509.NewCertPool(),
+	}
+	p.pool.AddCert(ca)
+	return p
+}
+
+// serveKubemq serves srv (the embedded broker, or a wrapper of it) on
+// 127.0.0.1 with opts until the test ends, and returns its address.
+func serveKubemq(t *testing.T, srv pb.KubemqServer, opts ...grpc.ServerOption) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer(opts...)
+	pb.RegisterKubemqServer(g, srv)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = g.Serve(lis)
+	}()
+	t.Cleanup(func() {
+		g.Stop()
+		<-done
+	})
+	return lis.Addr().String()
+}
+
+// dialCfg dials with cfg and closes the Conn when the test ends. Tests
+// check for leaks with a cleanup registered before their servers', so that
+// it runs last.
+func dialCfg(t *testing.T, cfg Config) *Conn {
+	t.Helper()
+	cfg.ClientID = "mqtest"
+	cfg.RetryMin, cfg.RetryMax = 20*time.Millisecond, 300*time.Millisecond
+	c, err := Dial(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return c
+}
+
+// TestMutualTLS: a broker that requires a client certificate takes the
+// Conn's own connection and the SDK's queue streams (through the bridge)
+// when TLS.Cert and TLS.Key are set, and refuses the Conn without them.
+func TestMutualTLS(t *testing.T) {
+	t.Cleanup(func() { checkNoLeaks(t) })
+	pki := newTestPKI(t)
+	b := broker.New(fastBroker())
+	t.Cleanup(func() { _ = b.Close() })
+	addr := serveKubemq(t, b, grpc.Creds(credentials.NewTLS(&tls.Config{
+		Certificates: []tls.Certificate{pki.server}, ClientCAs: pki.pool,
+		ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12,
+	})))
+	for _, tc := range []struct {
+		name string
+		tls  TLS
+		ok   bool
+	}{
+		{"client certificate", TLS{CA: pki.ca, Cert: pki.clientCert, Key: pki.clientKey}, true},
+		{"no client certificate", TLS{CA: pki.ca}, false},
+		{"certificate of another CA", TLS{CA: pki.ca, Cert: pki.otherCert, Key: pki.otherKey}, false},
+		{"server not signed by CA", TLS{CA: pki.otherCA, Cert: pki.clientCert, Key: pki.clientKey}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := dialCfg(t, Config{Address: addr, TLS: tc.tls, SendTimeout: 3 * time.Second, CallTimeout: 3 * time.Second})
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			err := c.Ping(ctx)
+			if !tc.ok {
+				if err == nil {
+					t.Fatal("ping: the broker took the connection")
+				}
+				if err := c.Sender().Send(ctx, OutMessage{Channel: chanName(t), Body: []byte("x")}); err == nil {
+					t.Fatal("send: the broker took the stream")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("ping: %v", err)
+			}
+			ch := chanName(t)
+			sendN(t, c.Sender(), ch, 3) // the SDK's upstream, through the bridge
+			got := make(chan string, 3)
+			runPoller(t, c, PollerConfig{ // the SDK's downstream, through the bridge
+				Channel: ch,
+				Deliver: func(ctx context.Context, batch []*Message) error {
+					for _, m := range batch {
+						got <- string(m.Body)
+						_ = m.Ack()
+					}
+					return nil
+				},
+			})
+			for range 3 {
+				select {
+				case <-got:
+				case <-time.After(10 * time.Second):
+					t.Fatal("message not delivered over mutual TLS")
+				}
+			}
+		})
+	}
+}
+
+func TestConfigValidateTLS(t *testing.T) {
+	pki := newTestPKI(t)
+	for _, tc := range []struct {
+		name string
+		tls  TLS
+		want string // "" : valid
+	}{
+		{"ca only", TLS{CA: pki.ca}, ""},
+		{"client certificate", TLS{CA: pki.ca, Cert: pki.clientCert, Key: pki.clientKey}, ""},
+		{"client certificate, system roots", TLS{Cert: pki.clientCert, Key: pki.clientKey}, ""},
+		{"cert without key", TLS{CA: pki.ca, Cert: pki.clientCert}, "TLS.Cert is set without TLS.Key"},
+		{"key without cert", TLS{CA: pki.ca, Key: pki.clientKey}, "TLS.Key is set without TLS.Cert"},
+		{"key of another cert", TLS{Cert: pki.clientCert, Key: pki.otherKey}, "TLS.Cert and TLS.Key"},
+		{"missing CA", TLS{CA: "/nonexistent"}, "TLS.CA"},
+		{"CA not PEM", TLS{CA: pki.clientKey}, "TLS.CA: no PEM certificate"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := Config{Address: "127.0.0.1:50000", TLS: tc.tls}
+			err := cfg.Validate()
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("valid config refused: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("got %v, want an error with %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// silentBroker is the embedded broker whose Ping and QueuesInfo never
+// answer.
+type silentBroker struct{ *broker.Server }
+
+func (silentBroker) Ping(ctx context.Context, _ *pb.Empty) (*pb.PingResult, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+func (silentBroker) QueuesInfo(ctx context.Context, _ *pb.QueuesInfoRequest) (*pb.QueuesInfoResponse, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestCallTimeout: a unary call to a broker that never answers ends after
+// Config.CallTimeout with ErrUnavailable; a caller's earlier deadline stays
+// the caller's; a receive's wait is not cut by CallTimeout.
+func TestCallTimeout(t *testing.T) {
+	t.Cleanup(func() { checkNoLeaks(t) })
+	b := broker.New(broker.Options{})
+	t.Cleanup(func() { _ = b.Close() })
+	addr := serveKubemq(t, silentBroker{b})
+	c := dialCfg(t, Config{Address: addr, CallTimeout: 200 * time.Millisecond})
+	call := func(t *testing.T, name string, f func(context.Context) error) (time.Duration, error) {
+		t.Helper()
+		done := make(chan error, 1)
+		start := time.Now()
+		go func() { done <- f(context.Background()) }()
+		select {
+		case err := <-done:
+			return time.Since(start), err
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no return after 10 s", name)
+			return 0, nil
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		f    func(context.Context) error
+	}{
+		{"ping", c.Ping},
+		{"queues info", func(ctx context.Context) error { _, err := c.QueuesInfo(ctx, ""); return err }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			took, err := call(t, tc.name, tc.f)
+			if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "CallTimeout") {
+				t.Fatalf("got %v, want ErrUnavailable naming CallTimeout", err)
+			}
+			t.Logf("%s failed after %v: %v", tc.name, took, err)
+		})
+	}
+	t.Run("caller deadline", func(t *testing.T) {
+		_, err := call(t, "ping", func(ctx context.Context) error {
+			ctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+			defer cancel()
+			return c.Ping(ctx)
+		})
+		if status.Code(err) != codes.DeadlineExceeded || errors.Is(err, ErrUnavailable) {
+			t.Fatalf("got %v, want the caller's deadline (DeadlineExceeded), not ErrUnavailable", err)
+		}
+	})
+	t.Run("receive wait", func(t *testing.T) {
+		// The broker answers a peek of an empty channel after its 1 s
+		// wait, five times CallTimeout.
+		took, err := call(t, "peek", func(ctx context.Context) error {
+			_, err := c.Peek(ctx, chanName(t), 1, time.Second)
+			return err
+		})
+		if err != nil {
+			t.Fatalf("peek with a 1 s wait: %v (after %v)", err, took)
+		}
+	})
+}
+
+// freezableProxy forwards TCP connections to addr until freeze, after which
+// it keeps them open and forwards nothing: a peer gone without a FIN.
+type freezableProxy struct {
+	addr   string
+	lis    net.Listener
+	frozen chan struct{}
+	once   sync.Once
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	conns  []net.Conn
+}
+
+func newFreezableProxy(t *testing.T, addr string) *freezableProxy {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &freezableProxy{addr: addr, lis: lis, frozen: make(chan struct{})}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for {
+			in, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp", addr)
+			if err != nil {
+				in.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, in, out)
+			p.mu.Unlock()
+			p.wg.Add(2)
+			go p.pipe(out, in)
+			go p.pipe(in, out)
+		}
+	}()
+	t.Cleanup(func() {
+		lis.Close()
+		p.mu.Lock()
+		for _, c := range p.conns {
+			c.Close()
+		}
+		p.mu.Unlock()
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *freezableProxy) pipe(dst, src net.Conn) {
+	defer p.wg.Done()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		select {
+		case <-p.frozen:
+			n = 0 // swallowed
+		default:
+		}
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (p *freezableProxy) freeze() { p.once.Do(func() { close(p.frozen) }) }
+
+// TestKeepaliveNoticesSilentBroker: when the broker stops answering without
+// closing the connection, keepalive closes the Conn's connection within
+// KeepaliveTime + KeepaliveTimeout (gRPC's floor for KeepaliveTime is 10 s).
+func TestKeepaliveNoticesSilentBroker(t *testing.T) {
+	t.Parallel()
+	t.Cleanup(func() { checkNoLeaks(t) })
+	b := broker.New(broker.Options{})
+	t.Cleanup(func() { _ = b.Close() })
+	proxy := newFreezableProxy(t, serveKubemq(t, b))
+	c := dialCfg(t, Config{Address: proxy.lis.Addr().String(),
+		KeepaliveTime: 10 * time.Second, KeepaliveTimeout: time.Second, KeepalivePermitWithoutStream: true})
+	if err := c.Ping(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	proxy.freeze()
+	start := time.Now()
+	waitFor(t, 20*time.Second, "the connection to leave Ready", func() bool {
+		return c.cc.GetState() != connectivity.Ready
+	})
+	t.Logf("silent broker noticed after %v", time.Since(start))
+}
