@@ -71,6 +71,7 @@ func runBench(ctx context.Context, a *app, args []string) error {
 			return err
 		}
 		c.Table, c.TableSource = map[string]models.Model{}, configPath
+		c.BrokerConn = brokerConn(cfg.Broker)
 		for _, m := range cfg.Models {
 			c.Table[m.Name] = m
 		}

@@ -5,6 +5,7 @@ import (
 	"os"
 
 	"github.com/inferq/inferq/models"
+	"github.com/inferq/inferq/mq"
 	"github.com/spf13/pflag"
 )
 
@@ -84,4 +85,12 @@ func (a *app) loadConfig(f configFlags) (*models.Config, error) {
 		return nil, fmt.Errorf("config after environment and flags: %w", err)
 	}
 	return c, nil
+}
+
+// brokerConn is the mq connection the config's broker section describes:
+// address, client id, auth token and TLS (a client certificate with Cert
+// and Key).
+func brokerConn(b models.Broker) mq.Config {
+	return mq.Config{Address: b.Address, ClientID: b.ClientID, AuthToken: b.AuthToken,
+		TLS: mq.TLS{CA: b.TLS.CA, Cert: b.TLS.Cert, Key: b.TLS.Key}}
 }

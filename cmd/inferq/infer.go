@@ -150,8 +150,8 @@ func (a *app) brokerConfig(flag string) mq.Config {
 			}
 		}
 	}
-	b := mc.Broker
-	cfg := mq.Config{Address: b.Address, AuthToken: b.AuthToken, TLS: mq.TLS{CA: b.TLS.CA, Cert: b.TLS.Cert, Key: b.TLS.Key}}
+	cfg := brokerConn(mc.Broker)
+	cfg.ClientID = "" // a producer's own, made by the client
 	if flag != "" {
 		cfg.Address = flag
 	}

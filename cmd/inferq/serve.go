@@ -16,7 +16,6 @@ import (
 	"github.com/inferq/inferq/broker"
 	"github.com/inferq/inferq/consumer"
 	"github.com/inferq/inferq/models"
-	"github.com/inferq/inferq/mq"
 	"github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/worker"
 	"github.com/prometheus/client_golang/prometheus"
@@ -185,10 +184,8 @@ func (f serveFlags) workerConfig(c *models.Config, loaded worker.Loaded, reg *pr
 	if intake <= 0 {
 		intake = goruntime.NumCPU()
 	}
-	b := c.Broker
 	return worker.Config{
-		Broker: mq.Config{Address: b.Address, ClientID: b.ClientID, AuthToken: b.AuthToken,
-			TLS: mq.TLS{CA: b.TLS.CA, Cert: b.TLS.Cert, Key: b.TLS.Key}},
+		Broker: brokerConn(c.Broker),
 		Models: loaded.ConsumerModels(), Batchers: loaded.Batchers(), DataDir: c.DataDir,
 		Consumer: consumer.Config{Metrics: met, Worker: host, AlertWebhook: f.alertWebhook,
 			IntakeWorkers: intake, Writers: f.resultWriters, PollMaxItems: f.pollMaxItems, DrainTimeout: f.shutdownGrace,
