@@ -236,6 +236,31 @@ func scanNumberSlow(b []byte, i int) (number, int, error) {
 	return n, i, nil
 }
 
+// quotedFloat reads the strings "NaN", "Infinity" and "-Infinity" at b[i]:
+// the protobuf JSON mapping's non-finite floats, which inferq writes in
+// results (jsonenc.go) and Go's protojson and Python's json_format read and
+// write. It is scanNumber's fallback for float elements, so it takes the
+// failed scan's end and error and returns them when b[i] is no such string.
+func quotedFloat(b []byte, i, end int, err error) (number, int, error) {
+	var n number
+	if i >= len(b) || b[i] != '"' {
+		return n, end, err
+	}
+	s := b[i+1:]
+	switch {
+	case len(s) >= 4 && string(s[:4]) == `NaN"`:
+		n.special = 'N'
+		return n, i + 5, nil
+	case len(s) >= 9 && string(s[:9]) == `Infinity"`:
+		n.special = 'I'
+		return n, i + 10, nil
+	case len(s) >= 10 && string(s[:10]) == `-Infinity"`:
+		n.special, n.neg = 'I', true
+		return n, i + 11, nil
+	}
+	return n, end, err
+}
+
 // fits reports whether m*10+d fits in a uint64.
 func fits(m uint64, d byte) bool {
 	const cut = math.MaxUint64 / 10
@@ -522,7 +547,9 @@ func (d *arrayDecoder) scalar(b []byte, i int) (int, error) {
 	case tensor.FP32:
 		n, end, err := scanNumber(b, i)
 		if err != nil {
-			return end, d.elemErr(err)
+			if n, end, err = quotedFloat(b, i, end, err); err != nil {
+				return end, d.elemErr(err)
+			}
 		}
 		f, ok := n.toFloat32(b[i:end])
 		if !ok {
@@ -533,7 +560,9 @@ func (d *arrayDecoder) scalar(b []byte, i int) (int, error) {
 	case tensor.FP64:
 		n, end, err := scanNumber(b, i)
 		if err != nil {
-			return end, d.elemErr(err)
+			if n, end, err = quotedFloat(b, i, end, err); err != nil {
+				return end, d.elemErr(err)
+			}
 		}
 		f, ok := n.toFloat64(b[i:end])
 		if !ok {

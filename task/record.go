@@ -100,7 +100,7 @@ func (r *Record) AppendJSON(b []byte) []byte {
 			}
 			b = appendString(b, k)
 			b = append(b, ':')
-			b = appendFloat(b, r.Timings[k], 64)
+			b = appendFloat(b, r.Timings[k], 64, quotedNonFinite)
 		}
 		b = append(b, '}')
 	}
@@ -337,7 +337,7 @@ func (r *InferResponse) AppendJSON(b, bin []byte) ([]byte, []byte, error) {
 			b = append(b, ',')
 		}
 		var err error
-		if b, err = appendTensor(b, o.Tensor, o.Binary, &bin); err != nil {
+		if b, err = appendTensor(b, o.Tensor, o.Binary, quotedNonFinite, &bin); err != nil {
 			return nil, nil, errTensor("output", o.Tensor, err)
 		}
 	}
