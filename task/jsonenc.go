@@ -67,8 +67,9 @@ func appendString(b []byte, s string) []byte {
 const (
 	// quotedNonFinite writes the strings "NaN", "Infinity", "-Infinity":
 	// the protobuf JSON mapping for float and double, so a record or a
-	// response is valid JSON that encoding/json, protojson, Python's json
-	// and json_format all read. Results use it.
+	// response is valid JSON for any reader (encoding/json refused the
+	// bare tokens), and protojson and Python's json_format read the
+	// strings back as floats. Results use it.
 	quotedNonFinite = false
 	// bareNonFinite writes the tokens NaN, Infinity, -Infinity, as
 	// Python's json does in the adapter's task format. Task inputs keep

@@ -272,7 +272,10 @@ func jsonError(err error) error {
 //	{"model_name","model_version","outputs":[{"name","shape","datatype","data"}]}
 //
 // with flat data arrays, or "parameters": {"binary_data_size": n} for the
-// outputs sent in the binary form.
+// outputs sent in the binary form. Encode writes NaN and the infinities as
+// the strings "NaN", "Infinity" and "-Infinity" (the protobuf JSON
+// mapping), so the response is valid JSON; DecodeInferResponse reads those
+// and the bare tokens that Python's json and older versions write.
 type InferResponse struct {
 	ModelName    string
 	ModelVersion string
