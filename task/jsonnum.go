@@ -419,6 +419,7 @@ func (n number) toInt64() (int64, error) {
 // scalars, into the raw little-endian bytes of one datatype.
 type arrayDecoder struct {
 	dt    tensor.DType
+	src   []byte // the text being decoded
 	out   []byte
 	max   int64 // most elements allowed
 	n     int64 // elements decoded
@@ -439,7 +440,7 @@ func decodeArray(b []byte, i int, dt tensor.DType, capHint int, max int64) (data
 	if !dt.Valid() {
 		return nil, nil, i, fmt.Errorf("datatype %s cannot be read from JSON", dt)
 	}
-	d := arrayDecoder{dt: dt, max: max, rank: -1, out: make([]byte, 0, capHint)}
+	d := arrayDecoder{dt: dt, src: b, max: max, rank: -1, out: make([]byte, 0, capHint)}
 	end, err = d.decode(b, i)
 	if err != nil {
 		return nil, nil, end, err
@@ -547,9 +548,7 @@ func (d *arrayDecoder) scalar(b []byte, i int) (int, error) {
 	case tensor.FP32:
 		n, end, err := scanNumber(b, i)
 		if err != nil {
-			if n, end, err = quotedFloat(b, i, end, err); err != nil {
-				return end, d.elemErr(err)
-			}
+			return d.quotedElem(i, end, err)
 		}
 		f, ok := n.toFloat32(b[i:end])
 		if !ok {
@@ -560,9 +559,7 @@ func (d *arrayDecoder) scalar(b []byte, i int) (int, error) {
 	case tensor.FP64:
 		n, end, err := scanNumber(b, i)
 		if err != nil {
-			if n, end, err = quotedFloat(b, i, end, err); err != nil {
-				return end, d.elemErr(err)
-			}
+			return d.quotedElem(i, end, err)
 		}
 		f, ok := n.toFloat64(b[i:end])
 		if !ok {
@@ -632,6 +629,25 @@ func (d *arrayDecoder) scalar(b []byte, i int) (int, error) {
 		d.out = binary.LittleEndian.AppendUint32(d.out, uint32(m))
 	default:
 		d.out = binary.LittleEndian.AppendUint64(d.out, m)
+	}
+	return end, nil
+}
+
+// quotedElem appends the float element at d.src[i] that scanNumber refused
+// (with end and err) when it is a quoted non-finite value (quotedFloat).
+// It takes the text from d, not an argument: keeping the slice live across
+// scalar's call to scanNumber for this cold path cost 3 instructions an
+// element on the hot one.
+func (d *arrayDecoder) quotedElem(i, end int, err error) (int, error) {
+	n, end, err := quotedFloat(d.src, i, end, err)
+	if err != nil {
+		return end, d.elemErr(err)
+	}
+	f, _ := n.toFloat64(nil) // a special: no text needed
+	if d.dt == tensor.FP32 {
+		d.out = binary.LittleEndian.AppendUint32(d.out, math.Float32bits(float32(f)))
+	} else {
+		d.out = binary.LittleEndian.AppendUint64(d.out, math.Float64bits(f))
 	}
 	return end, nil
 }
