@@ -419,7 +419,8 @@ func (n number) toInt64() (int64, error) {
 // scalars, into the raw little-endian bytes of one datatype.
 type arrayDecoder struct {
 	dt    tensor.DType
-	src   []byte // the text being decoded
+	label tensor.DType // the datatype errors name: dt, or FP16 read as FP32
+	src   []byte       // the text being decoded
 	out   []byte
 	max   int64 // most elements allowed
 	n     int64 // elements decoded
@@ -440,13 +441,35 @@ func decodeArray(b []byte, i int, dt tensor.DType, capHint int, max int64) (data
 	if !dt.Valid() {
 		return nil, nil, i, fmt.Errorf("datatype %s cannot be read from JSON", dt)
 	}
-	d := arrayDecoder{dt: dt, src: b, max: max, rank: -1, out: make([]byte, 0, capHint)}
+	d := arrayDecoder{dt: dt, label: dt, src: b, max: max, rank: -1, out: make([]byte, 0, capHint)}
 	end, err = d.decode(b, i)
 	if err != nil {
 		return nil, nil, end, err
 	}
 	shape = append([]int64(nil), d.shape[:d.rank]...)
 	return d.out[:len(d.out):len(d.out)], shape, end, nil
+}
+
+// decodeHalfArray decodes the JSON array b as FP16 data: each number is
+// read as a float32 and rounded to a half float; a finite number beyond
+// the half range (65520 and up) is out of range, not an infinity. Only
+// responses carry FP16 in JSON (inputs need the binary form). capHint is
+// in float32 bytes.
+func decodeHalfArray(b []byte, capHint int, max int64) ([]byte, []int64, error) {
+	d := arrayDecoder{dt: tensor.FP32, label: tensor.FP16, src: b, max: max, rank: -1, out: make([]byte, 0, capHint)}
+	if _, err := d.decode(b, 0); err != nil {
+		return nil, nil, err
+	}
+	half := make([]byte, len(d.out)/2)
+	for k := range len(d.out) / 4 {
+		f := float32frombytes(d.out[4*k:])
+		h := tensor.Float32ToHalf(f)
+		if h&0x7fff == 0x7c00 && !math.IsInf(float64(f), 0) {
+			return nil, nil, fmt.Errorf("element %d: %g is out of range for FP16", k, f)
+		}
+		half[2*k], half[2*k+1] = byte(h), byte(h>>8)
+	}
+	return half, append([]int64(nil), d.shape[:d.rank]...), nil
 }
 
 var errFP16JSON = fmt.Errorf("FP16 data needs the binary form (content-type %s); JSON numbers carry no half floats", ContentTypeBinary)
@@ -657,7 +680,7 @@ func (d *arrayDecoder) elemErr(err error) error {
 }
 
 func (d *arrayDecoder) rangeErr(raw []byte) error {
-	return fmt.Errorf("element %d: %s is out of range for %s", d.n-1, clip(raw), d.dt)
+	return fmt.Errorf("element %d: %s is out of range for %s", d.n-1, clip(raw), d.label)
 }
 
 // clip shortens a number's text for an error message.

@@ -442,7 +442,7 @@ func decodeOutput(w wireTensor, bin []byte, off *int) (OutputTensor, error) {
 	}
 	jdt := dt
 	if dt == tensor.FP16 {
-		jdt = tensor.FP32 // half floats travel as JSON numbers
+		jdt = tensor.FP32 // half floats travel as JSON numbers, read as float32
 	}
 	most := int64(len(w.data)/2 + 1)
 	if w.hasShape && n > most {
@@ -454,7 +454,11 @@ func decodeOutput(w wireTensor, bin []byte, off *int) (OutputTensor, error) {
 		if jdt == tensor.BYTES {
 			hint = len(w.data)
 		}
-		data, got, _, err = decodeArray(w.data, 0, jdt, hint, most)
+		if dt == tensor.FP16 {
+			data, got, err = decodeHalfArray(w.data, hint, most)
+		} else {
+			data, got, _, err = decodeArray(w.data, 0, jdt, hint, most)
+		}
 	}
 	if err != nil {
 		return OutputTensor{}, err
@@ -465,14 +469,6 @@ func decodeOutput(w wireTensor, bin []byte, off *int) (OutputTensor, error) {
 	case len(got) <= 1 && tensor.NumElements(got) == n, slices.Equal(got, w.shape):
 	default:
 		return OutputTensor{}, fmt.Errorf("data has shape %s, the tensor says %s", tensor.FormatShape(got), tensor.FormatShape(w.shape))
-	}
-	if dt == tensor.FP16 {
-		half := make([]byte, len(data)/2)
-		for i := range len(data) / 4 {
-			h := tensor.Float32ToHalf(float32frombytes(data[4*i:]))
-			half[2*i], half[2*i+1] = byte(h), byte(h>>8)
-		}
-		data = half
 	}
 	o.Data = data
 	return o, nil

@@ -311,3 +311,36 @@ func TestNonFiniteOutputsReadBack(t *testing.T) {
 	resp, err = rec.Response()
 	check("old record", resp, err)
 }
+
+// TestHalfOutputRange: FP16 data in JSON (a response's outputs, and what
+// `inferq infer --input` reads) is refused when a finite number is beyond
+// the half range, not turned into an infinity; the element is named.
+func TestHalfOutputRange(t *testing.T) {
+	for _, c := range []struct {
+		data string
+		want []uint16
+		err  string
+	}{
+		{`[1,65504,65519,-65519]`, []uint16{0x3c00, 0x7bff, 0x7bff, 0xfbff}, ""},
+		{`[1,2,3,65520]`, nil, "element 3: 65520 is out of range for FP16"},
+		{`[[1,2],[-70000,4]]`, nil, "element 2: -70000 is out of range for FP16"},
+		{`[1,2,3,1e999]`, nil, "element 3: 1e999 is out of range for FP16"},
+		{`[NaN,"Infinity",-Infinity,1e-9]`, []uint16{0x7e00, 0x7c00, 0xfc00, 0}, ""},
+	} {
+		resp, err := DecodeInferResponse([]byte(`{"outputs":[{"name":"h","datatype":"FP16","data":`+c.data+`}]}`), nil)
+		if c.err != "" {
+			wantErr(t, err, ErrMalformed, `output "h": `+c.err)
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", c.data, err)
+			continue
+		}
+		d := resp.Outputs[0].Data
+		for k, w := range c.want {
+			if g := uint16(d[2*k]) | uint16(d[2*k+1])<<8; g != w {
+				t.Errorf("%s: element %d = %#04x, want %#04x", c.data, k, g, w)
+			}
+		}
+	}
+}
