@@ -25,7 +25,7 @@ func imageTensor() tensor.Tensor {
 
 // nestedJSON writes the tensor's data nested by its shape.
 func nestedJSON(t tensor.Tensor, shape []int64) []byte {
-	flat := appendData(nil, t)
+	flat := appendData(nil, t, bareNonFinite)
 	elems := splitTop(flat[1 : len(flat)-1])
 	var b []byte
 	var rec func(dims []int64, at int) int
@@ -81,7 +81,7 @@ func benchTask(b *testing.B, body []byte, tags map[string]string, model tensor.M
 func BenchmarkDecodeImage(b *testing.B) {
 	img := imageTensor()
 	nested := nestedJSON(img, []int64{3, 224, 224})
-	flat := appendData(nil, img)
+	flat := appendData(nil, img, bareNonFinite)
 	b.Run("args-nested", func(b *testing.B) {
 		body := []byte(`{"task_id":"t","task_name":"resnet","args":[` + string(nested) + `],"kwargs":{},"created_at":"2026-06-01T12:00:00.000000+00:00"}`)
 		benchTask(b, body, nil, imageModel)

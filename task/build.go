@@ -121,7 +121,7 @@ func build(id, model string, inputs []tensor.Tensor, o *buildOptions) ([]byte, m
 			return nil, nil, fmt.Errorf("%w: input %q: %w", ErrBadInput, t.Name, errFP16JSON)
 		}
 		var err error
-		if b, err = appendTensor(b, t, o.binaryInputs, &bin); err != nil {
+		if b, err = appendTensor(b, t, o.binaryInputs, bareNonFinite, &bin); err != nil {
 			return nil, nil, fmt.Errorf("%w: %w", ErrBadInput, errTensor("input", t, err))
 		}
 	}

@@ -3,9 +3,11 @@ package task
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -161,4 +163,28 @@ func TestMessageAdapterForm(t *testing.T) {
 	if _, _, err := (&Message{TaskName: "m", Args: []any{func() {}}}).Encode(); err == nil {
 		t.Error("unencodable args accepted")
 	}
+}
+
+// TestNewTaskNonFiniteInputs: a task's inputs keep the adapter's wire
+// format, where Python's json writes NaN and the infinities as bare
+// tokens (every inferq consumer, old ones included, reads them); only
+// results, which any client reads, carry them as strings.
+func TestNewTaskNonFiniteInputs(t *testing.T) {
+	x := tensor.NewTensor("x", []int64{1, 3}, []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))})
+	body, tags, err := NewTask("t", "m", []tensor.Tensor{x})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(body), `"data":[NaN,Infinity,-Infinity]`) {
+		t.Errorf("body %s", body)
+	}
+	tk, err := Parse(body, tags, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := tk.Inputs(tensor.ModelInfo{Inputs: []tensor.TensorInfo{info("x", tensor.FP32, -1, 3)}}, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkTensors(t, got, []tensor.Tensor{x})
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"slices"
 	"strconv"
 	"testing"
 
@@ -55,6 +56,7 @@ func FuzzParseInputs(f *testing.F) {
 		f.Add(b, true, len(c.header))
 	}
 	f.Add([]byte(`{"task_id":"t","task_name":"m","args":[[1e5,-0.0,NaN,-Infinity]],"kwargs":{"x":[[1,2]]}}`), false, 0)
+	f.Add([]byte(`{"task_id":"t","task_name":"m","args":[[1e999,"NaN","-Infinity","Infinity",4e400]],"kwargs":{"b":[[1,"NaN"]]}}`), false, 0)
 	f.Fuzz(func(t *testing.T, body []byte, binary bool, hl int) {
 		var tags map[string]string
 		if binary {
@@ -169,6 +171,15 @@ func FuzzParseRecord(f *testing.F) {
 		body, _ := r.Encode()
 		f.Add(body)
 	}
+	// Non-finite outputs, as written now (quoted) and before (bare).
+	nf := []tensor.Tensor{
+		tensor.NewTensor("y", []int64{1, 3}, []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))}),
+		tensor.NewTensor("d", []int64{2}, []float64{math.Inf(-1), math.NaN()}),
+	}
+	res, _, _ := NewInferResponse("m", "1", nf, nil).Encode()
+	body, _ := (&Record{TaskID: "t", Status: StatusSuccess, Result: res, Timings: map[string]float64{"infer": math.NaN()}}).Encode()
+	f.Add(body)
+	f.Add([]byte(`{"task_id":"t","status":"SUCCESS","result":{"outputs":[{"name":"y","datatype":"FP16","data":[NaN,-Infinity,"Infinity"]}]},"timings":{"a":Infinity,"b":"-Infinity"}}`))
 	f.Add([]byte(`{"task_id": "t", "status": "FAILURE", "result": null, "created_at": "2026-06-01T12:00:00.000000+00:00", "completed_at": null, "error": "x"}`))
 	f.Add([]byte(`{"task_id":"t","status":"SUCCESS","result":{"model_name":"m","outputs":[{"name":"y","datatype":"INT64","data":[[1,2],[3,4]]}]}}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
@@ -204,6 +215,10 @@ func FuzzParseRecord(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Whatever was read, inferq writes valid JSON (NaN quoted).
+		if !json.Valid(res) {
+			t.Fatalf("re-encoded response is not valid JSON: %s", res)
+		}
 		back, err := DecodeInferResponse(res, bin)
 		if err != nil {
 			t.Fatalf("re-encoded response: %v\n%s", err, res)
@@ -223,11 +238,14 @@ func FuzzParseRecord(f *testing.F) {
 	})
 }
 
+var errNotQuoted = errors.New("not quoted")
+
 // FuzzNumber checks the number scanner against encoding/json's grammar
 // and strconv's values.
 func FuzzNumber(f *testing.F) {
 	for _, s := range []string{"0", "-0", "1.5", "1e3", "-1.7582911", "3.4028235e38", "1e39", "4.9e-324", "123456789012345678901234567890",
-		"0.000000000000000000001234567890123", "00", "1.", ".5", "-", "1e", "NaN", "-Infinity", "18446744073709551615"} {
+		"0.000000000000000000001234567890123", "00", "1.", ".5", "-", "1e", "NaN", "-Infinity", "18446744073709551615",
+		`"NaN"`, `"Infinity"`, `"-Infinity"x`, `"Infinity`, `"nan"`} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -236,6 +254,16 @@ func FuzzNumber(f *testing.F) {
 		skipEnd, skipErr := skipNumber(b, 0)
 		if (err == nil) != (skipErr == nil) || err == nil && end != skipEnd {
 			t.Fatalf("scanNumber %d %v, skipNumber %d %v", end, err, skipEnd, skipErr)
+		}
+		// The quoted non-finite floats: exactly three JSON strings, and
+		// only where no number stands.
+		if q, qend, qerr := quotedFloat(b, 0, -1, errNotQuoted); qerr == nil {
+			if err == nil || q.special == 0 || !json.Valid(b[:qend]) ||
+				!slices.Contains([]string{`"NaN"`, `"Infinity"`, `"-Infinity"`}, string(b[:qend])) {
+				t.Fatalf("quotedFloat took %q (%c)", b[:qend], q.special)
+			}
+		} else if qerr != errNotQuoted || qend != -1 {
+			t.Fatalf("quotedFloat changed the error: %d %v", qend, qerr)
 		}
 		if err != nil || end != len(b) || n.special != 0 {
 			return

@@ -141,7 +141,7 @@ func seq(n int, off float64) string {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		b.Write(appendFloat(nil, float64(i)+off, 64))
+		b.Write(appendFloat(nil, float64(i)+off, 64, bareNonFinite))
 	}
 	b.WriteByte(']')
 	return b.String()

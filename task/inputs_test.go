@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -128,6 +129,17 @@ var inputCases = []struct {
 	{name: "oip FP32 overflow", model: mlpModel,
 		body: body(`{"inputs":[{"name":"x","datatype":"FP32","data":[1e39]}]}`, ""),
 		err:  ErrBadInput, msg: []string{`input "x": element 0: 1e39 is out of range for FP32`}},
+	{name: "oip FP32 overflow names the element", model: mlpModel,
+		body: body(`{"inputs":[{"name":"x","shape":[1,16],"datatype":"FP32","data":[0,1,2,1e999,4,5,6,7,8,9,10,11,12,13,14,15]}]}`, ""),
+		err:  ErrBadInput, msg: []string{`input "x": element 3: 1e999 is out of range for FP32`}},
+	{name: "oip FP32 overflow, data before datatype", model: mlpModel,
+		body: body(`{"inputs":[{"name":"x","data":[0,1,2,-1e999,4,5,6,7,8,9,10,11,12,13,14,15],"shape":[1,16],"datatype":"FP32"}]}`, ""),
+		err:  ErrBadInput, msg: []string{`input "x": element 3: -1e999 is out of range for FP32`}},
+	{name: "oip non-finite kept", model: mlpModel,
+		body: body(`{"inputs":[{"name":"x","shape":[1,16],"datatype":"FP32","data":[NaN,Infinity,-Infinity,"NaN","Infinity","-Infinity",6,7,8,9,10,11,12,13,14,15]}]}`, ""),
+		want: []tensor.Tensor{{Name: "x", DType: tensor.FP32, Shape: []int64{1, 16}, Data: append(
+			floats(float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))),
+			seqFloats(10, 6)...)}}},
 	{name: "oip all multi", model: multiModel,
 		body: body(`{"inputs":[
 			{"name":"mask","shape":[1,4],"datatype":"BOOL","data":[true,false,true,true]},
@@ -166,6 +178,10 @@ var inputCases = []struct {
 			tensor.NewTensor("a", []int64{2}, []int32{7, 8}),
 			tensor.NewTensor("b", []int64{2, 2}, []float64{1.5, 2, 3, 4e300}),
 		}},
+	{name: "named FP64 overflow", model: tensor.ModelInfo{Inputs: []tensor.TensorInfo{info("b", tensor.FP64, -1, 2)}},
+		body: body(`{"b":[[1.5,2],[3,4e400]]}`, ""), err: ErrBadInput, msg: []string{`input "b": element 3: 4e400 is out of range for FP64`}},
+	{name: "named INT8 overflow", model: tensor.ModelInfo{Inputs: []tensor.TensorInfo{info("n", tensor.INT8, -1, 2)}},
+		body: body(`{"n":[[1,-128],[127,128]]}`, ""), err: ErrBadInput, msg: []string{`input "n": element 3: 128 is out of range for INT8`}},
 	{name: "named fp16", model: multiModel, body: body(`{"half":[1,2]}`, ""),
 		err: ErrBadInput, msg: []string{`input "half": FP16 data needs the binary form`}},
 	// Form 3: args[0].
@@ -181,6 +197,8 @@ var inputCases = []struct {
 		err: ErrBadInput, msg: []string{`args: want one argument, the input's data, got 2`}},
 	{name: "args multi-input model", model: multiModel, body: body(`{}`, `[[1,2,3,4]]`),
 		err: ErrBadInput, msg: []string{`args: the model has 5 inputs`}},
+	{name: "args FP32 overflow", model: mlpModel, body: body(`{}`, `[[0,1,2,1e999,4,5,6,7,8,9,10,11,12,13,14,15]]`),
+		err: ErrBadInput, msg: []string{`input "x": element 3: 1e999 is out of range for FP32`}},
 	{name: "args mismatch", model: mlpModel, body: body(`{}`, `[[[[1,2]]]]`),
 		err: ErrBadInput, msg: []string{`input "x": expected FP32 [-1,16], got FP32 [1,1,2]`}},
 	{name: "args over limit", model: mlpModel, lim: Limits{MaxTensorElements: 16}, body: body(`{}`, `[[`+seq(16, 2)+`,`+seq(16, 2)+`]]`),

@@ -62,18 +62,47 @@ func appendString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
+// How appendData writes NaN and the infinities, which JSON numbers cannot
+// carry.
+const (
+	// quotedNonFinite writes the strings "NaN", "Infinity", "-Infinity":
+	// the protobuf JSON mapping for float and double, so a record or a
+	// response is valid JSON for any reader (encoding/json refused the
+	// bare tokens), and protojson and Python's json_format read the
+	// strings back as floats. Results use it.
+	quotedNonFinite = false
+	// bareNonFinite writes the tokens NaN, Infinity, -Infinity, as
+	// Python's json does in the adapter's task format. Task inputs keep
+	// it: every inferq consumer, older ones too, reads them there.
+	bareNonFinite = true
+)
+
 // appendFloat appends f in the shortest form that reads back to the same
-// value at bitSize; NaN and infinities as Python's json writes them.
-func appendFloat(b []byte, f float64, bitSize int) []byte {
-	switch {
-	case f != f:
-		return append(b, "NaN"...)
-	case math.IsInf(f, 1):
-		return append(b, "Infinity"...)
-	case math.IsInf(f, -1):
-		return append(b, "-Infinity"...)
+// value at bitSize; NaN and the infinities quoted (see quotedNonFinite),
+// or bare.
+func appendFloat(b []byte, f float64, bitSize int, bare bool) []byte {
+	if f-f != 0 { // NaN or an infinity: one test on the finite path
+		return appendNonFinite(b, f, bare)
 	}
 	return strconv.AppendFloat(b, f, 'g', -1, bitSize)
+}
+
+func appendNonFinite(b []byte, f float64, bare bool) []byte {
+	var s string
+	switch {
+	case f != f:
+		s = "NaN"
+	case f > 0:
+		s = "Infinity"
+	default:
+		s = "-Infinity"
+	}
+	if bare {
+		return append(b, s...)
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }
 
 func appendShape(b []byte, shape []int64) []byte {
@@ -87,9 +116,10 @@ func appendShape(b []byte, shape []int64) []byte {
 	return append(b, ']')
 }
 
-// appendData appends the tensor's elements as a flat JSON array. The
+// appendData appends the tensor's elements as a flat JSON array, NaN and
+// the infinities bare or quoted (bareNonFinite, quotedNonFinite). The
 // tensor must be valid (see tensor.Tensor.Validate).
-func appendData(b []byte, t tensor.Tensor) []byte {
+func appendData(b []byte, t tensor.Tensor, bare bool) []byte {
 	d := t.Data
 	le := binary.LittleEndian
 	b = append(b, '[')
@@ -100,11 +130,11 @@ func appendData(b []byte, t tensor.Tensor) []byte {
 		}
 		switch t.DType {
 		case tensor.FP32:
-			b = appendFloat(b, float64(math.Float32frombits(le.Uint32(d[i:]))), 32)
+			b = appendFloat(b, float64(math.Float32frombits(le.Uint32(d[i:]))), 32, bare)
 		case tensor.FP64:
-			b = appendFloat(b, math.Float64frombits(le.Uint64(d[i:])), 64)
+			b = appendFloat(b, math.Float64frombits(le.Uint64(d[i:])), 64, bare)
 		case tensor.FP16:
-			b = appendFloat(b, float64(tensor.HalfToFloat32(le.Uint16(d[i:]))), 32)
+			b = appendFloat(b, float64(tensor.HalfToFloat32(le.Uint16(d[i:]))), 32, bare)
 		case tensor.BOOL:
 			if d[i] != 0 {
 				b = append(b, "true"...)
@@ -139,9 +169,10 @@ func appendData(b []byte, t tensor.Tensor) []byte {
 }
 
 // appendTensor appends one Open Inference Protocol tensor object, with
-// "data" or, when bin, "parameters": {"binary_data_size": n} and the raw
-// bytes appended to *trailer.
-func appendTensor(b []byte, t tensor.Tensor, bin bool, trailer *[]byte) ([]byte, error) {
+// "data" (non-finite floats bare or quoted, see appendData) or, when bin,
+// "parameters": {"binary_data_size": n} and the raw bytes appended to
+// *trailer.
+func appendTensor(b []byte, t tensor.Tensor, bin, bare bool, trailer *[]byte) ([]byte, error) {
 	if err := t.Validate(); err != nil {
 		return b, err
 	}
@@ -158,7 +189,7 @@ func appendTensor(b []byte, t tensor.Tensor, bin bool, trailer *[]byte) ([]byte,
 		return append(b, "}}"...), nil
 	}
 	b = append(b, `","data":`...)
-	b = appendData(b, t)
+	b = appendData(b, t, bare)
 	return append(b, '}'), nil
 }
 

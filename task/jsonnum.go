@@ -236,6 +236,31 @@ func scanNumberSlow(b []byte, i int) (number, int, error) {
 	return n, i, nil
 }
 
+// quotedFloat reads the strings "NaN", "Infinity" and "-Infinity" at b[i]:
+// the protobuf JSON mapping's non-finite floats, which inferq writes in
+// results (jsonenc.go) and Go's protojson and Python's json_format read and
+// write. It is scanNumber's fallback for float elements, so it takes the
+// failed scan's end and error and returns them when b[i] is no such string.
+func quotedFloat(b []byte, i, end int, err error) (number, int, error) {
+	var n number
+	if i >= len(b) || b[i] != '"' {
+		return n, end, err
+	}
+	s := b[i+1:]
+	switch {
+	case len(s) >= 4 && string(s[:4]) == `NaN"`:
+		n.special = 'N'
+		return n, i + 5, nil
+	case len(s) >= 9 && string(s[:9]) == `Infinity"`:
+		n.special = 'I'
+		return n, i + 10, nil
+	case len(s) >= 10 && string(s[:10]) == `-Infinity"`:
+		n.special, n.neg = 'I', true
+		return n, i + 11, nil
+	}
+	return n, end, err
+}
+
 // fits reports whether m*10+d fits in a uint64.
 func fits(m uint64, d byte) bool {
 	const cut = math.MaxUint64 / 10
@@ -394,6 +419,8 @@ func (n number) toInt64() (int64, error) {
 // scalars, into the raw little-endian bytes of one datatype.
 type arrayDecoder struct {
 	dt    tensor.DType
+	label tensor.DType // the datatype errors name: dt, or FP16 read as FP32
+	src   []byte       // the text being decoded
 	out   []byte
 	max   int64 // most elements allowed
 	n     int64 // elements decoded
@@ -414,13 +441,41 @@ func decodeArray(b []byte, i int, dt tensor.DType, capHint int, max int64) (data
 	if !dt.Valid() {
 		return nil, nil, i, fmt.Errorf("datatype %s cannot be read from JSON", dt)
 	}
-	d := arrayDecoder{dt: dt, max: max, rank: -1, out: make([]byte, 0, capHint)}
+	// Fields set one by one: as a literal the 600-byte struct was built
+	// from a static copy, 55 instructions more a call (the mlp's task).
+	var d arrayDecoder
+	d.dt, d.label, d.src, d.max, d.rank = dt, dt, b, max, -1
+	d.out = make([]byte, 0, capHint)
 	end, err = d.decode(b, i)
 	if err != nil {
 		return nil, nil, end, err
 	}
 	shape = append([]int64(nil), d.shape[:d.rank]...)
 	return d.out[:len(d.out):len(d.out)], shape, end, nil
+}
+
+// decodeHalfArray decodes the JSON array b as FP16 data: each number is
+// read as a float32 and rounded to a half float; a finite number beyond
+// the half range (65520 and up) is out of range, not an infinity. Only
+// responses carry FP16 in JSON (inputs need the binary form). capHint is
+// in float32 bytes.
+func decodeHalfArray(b []byte, capHint int, max int64) ([]byte, []int64, error) {
+	var d arrayDecoder
+	d.dt, d.label, d.src, d.max, d.rank = tensor.FP32, tensor.FP16, b, max, -1
+	d.out = make([]byte, 0, capHint)
+	if _, err := d.decode(b, 0); err != nil {
+		return nil, nil, err
+	}
+	half := make([]byte, len(d.out)/2)
+	for k := range len(d.out) / 4 {
+		f := float32frombytes(d.out[4*k:])
+		h := tensor.Float32ToHalf(f)
+		if h&0x7fff == 0x7c00 && !math.IsInf(float64(f), 0) {
+			return nil, nil, fmt.Errorf("element %d: %g is out of range for FP16", k, f)
+		}
+		half[2*k], half[2*k+1] = byte(h), byte(h>>8)
+	}
+	return half, append([]int64(nil), d.shape[:d.rank]...), nil
 }
 
 var errFP16JSON = fmt.Errorf("FP16 data needs the binary form (content-type %s); JSON numbers carry no half floats", ContentTypeBinary)
@@ -522,7 +577,7 @@ func (d *arrayDecoder) scalar(b []byte, i int) (int, error) {
 	case tensor.FP32:
 		n, end, err := scanNumber(b, i)
 		if err != nil {
-			return end, d.elemErr(err)
+			return d.quotedElem(i, end, err)
 		}
 		f, ok := n.toFloat32(b[i:end])
 		if !ok {
@@ -533,7 +588,7 @@ func (d *arrayDecoder) scalar(b []byte, i int) (int, error) {
 	case tensor.FP64:
 		n, end, err := scanNumber(b, i)
 		if err != nil {
-			return end, d.elemErr(err)
+			return d.quotedElem(i, end, err)
 		}
 		f, ok := n.toFloat64(b[i:end])
 		if !ok {
@@ -607,12 +662,31 @@ func (d *arrayDecoder) scalar(b []byte, i int) (int, error) {
 	return end, nil
 }
 
+// quotedElem appends the float element at d.src[i] that scanNumber refused
+// (with end and err) when it is a quoted non-finite value (quotedFloat).
+// It takes the text from d, not an argument: keeping the slice live across
+// scalar's call to scanNumber for this cold path cost 3 instructions an
+// element on the hot one.
+func (d *arrayDecoder) quotedElem(i, end int, err error) (int, error) {
+	n, end, err := quotedFloat(d.src, i, end, err)
+	if err != nil {
+		return end, d.elemErr(err)
+	}
+	f, _ := n.toFloat64(nil) // a special: no text needed
+	if d.dt == tensor.FP32 {
+		d.out = binary.LittleEndian.AppendUint32(d.out, math.Float32bits(float32(f)))
+	} else {
+		d.out = binary.LittleEndian.AppendUint64(d.out, math.Float64bits(f))
+	}
+	return end, nil
+}
+
 func (d *arrayDecoder) elemErr(err error) error {
 	return fmt.Errorf("element %d: %w", d.n-1, err)
 }
 
 func (d *arrayDecoder) rangeErr(raw []byte) error {
-	return fmt.Errorf("element %d: %s is out of range for %s", d.n-1, clip(raw), d.dt)
+	return fmt.Errorf("element %d: %s is out of range for %s", d.n-1, clip(raw), d.label)
 }
 
 // clip shortens a number's text for an error message.

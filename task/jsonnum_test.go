@@ -101,6 +101,32 @@ func TestIntegerConversions(t *testing.T) {
 		{"4294967295", tensor.UINT32, 4294967295, ""},
 		{"-2147483648", tensor.INT32, math.MinInt32, ""},
 		{"-32769", tensor.INT16, 0, "out of range"},
+		// Each integer datatype's bounds, one step inside and outside.
+		{"128", tensor.INT8, 0, "128 is out of range for INT8"},
+		{"32767", tensor.INT16, 32767, ""},
+		{"32768", tensor.INT16, 0, "32768 is out of range for INT16"},
+		{"-32768", tensor.INT16, math.MinInt16, ""},
+		{"2147483647", tensor.INT32, math.MaxInt32, ""},
+		{"2147483648", tensor.INT32, 0, "2147483648 is out of range for INT32"},
+		{"-2147483649", tensor.INT32, 0, "-2147483649 is out of range for INT32"},
+		{"-9223372036854775809", tensor.INT64, 0, "-9223372036854775809 is out of range for INT64"},
+		{"65536", tensor.UINT16, 0, "65536 is out of range for UINT16"},
+		{"-1", tensor.UINT16, 0, "-1 is out of range for UINT16"},
+		{"4294967296", tensor.UINT32, 0, "4294967296 is out of range for UINT32"},
+		{"-1", tensor.UINT32, 0, "out of range"},
+		{"-1", tensor.UINT64, 0, "-1 is out of range for UINT64"},
+		{"1e20", tensor.UINT64, 0, "1e20 is out of range for UINT64"},
+		{"1e999", tensor.INT32, 0, "1e999 is out of range for INT32"},
+		{"-1e999", tensor.INT64, 0, "-1e999 is out of range for INT64"},
+		{"Infinity", tensor.INT64, 0, "Infinity is not an integer (INT64)"},
+		{`"NaN"`, tensor.INT32, 0, "invalid"}, // the quoted floats are no integers
+		// BOOL takes only the literals.
+		{"true", tensor.BOOL, 1, ""},
+		{"false", tensor.BOOL, 0, ""},
+		{"1", tensor.BOOL, 0, "element 0: BOOL elements are true or false"},
+		{"0", tensor.BOOL, 0, "BOOL elements are true or false"},
+		{`"true"`, tensor.BOOL, 0, "BOOL elements are true or false"},
+		{"null", tensor.BOOL, 0, "BOOL elements are true or false"},
 	} {
 		data, _, _, err := decodeArray([]byte(c.in), 0, c.dt, 8, 1)
 		if c.err != "" {
@@ -136,6 +162,85 @@ func TestIntegerConversions(t *testing.T) {
 		if got != c.want {
 			t.Errorf("%s as %s = %d, want %d", c.in, c.dt, got, c.want)
 		}
+	}
+}
+
+// TestFloatRange: a finite number too large for the datatype is refused
+// (it would be an infinity, then NaN outputs); underflow rounds to zero as
+// any decimal rounds; the non-finite values a producer writes on purpose,
+// Python's bare tokens or the protobuf JSON mapping's strings, are kept.
+func TestFloatRange(t *testing.T) {
+	inf, nan := math.Inf(1), math.NaN()
+	for _, c := range []struct {
+		in   string
+		dt   tensor.DType
+		want float64
+		err  string
+	}{
+		{"3.4028235e38", tensor.FP32, math.MaxFloat32, ""},
+		{"3.40282356e38", tensor.FP32, math.MaxFloat32, ""}, // within half an ulp: rounds down
+		{"-3.40282356e38", tensor.FP32, -math.MaxFloat32, ""},
+		{"3.4028236e38", tensor.FP32, 0, "element 0: 3.4028236e38 is out of range for FP32"},
+		{"1e39", tensor.FP32, 0, "1e39 is out of range for FP32"},
+		{"1e999", tensor.FP32, 0, "element 0: 1e999 is out of range for FP32"},
+		{"-1e999", tensor.FP32, 0, "-1e999 is out of range for FP32"},
+		{"1" + strings.Repeat("0", 39), tensor.FP32, 0, "is out of range for FP32"},
+		{"1e308", tensor.FP32, 0, "1e308 is out of range for FP32"},
+		{"1e-999", tensor.FP32, 0, ""},
+		{"-1e-50", tensor.FP32, math.Copysign(0, -1), ""},
+		{"0e999", tensor.FP32, 0, ""},
+		{"1.7976931348623157e308", tensor.FP64, math.MaxFloat64, ""},
+		{"1e39", tensor.FP64, 1e39, ""},
+		{"1.8e308", tensor.FP64, 0, "element 0: 1.8e308 is out of range for FP64"},
+		{"1e999", tensor.FP64, 0, "1e999 is out of range for FP64"},
+		{"-1e400", tensor.FP64, 0, "-1e400 is out of range for FP64"},
+		{"1e-400", tensor.FP64, 0, ""},
+		// Explicit non-finite values: bare (Python's json) and quoted
+		// (protobuf's JSON mapping, what inferq writes in records).
+		{"NaN", tensor.FP32, nan, ""},
+		{"Infinity", tensor.FP32, inf, ""},
+		{"-Infinity", tensor.FP64, -inf, ""},
+		{`"NaN"`, tensor.FP32, nan, ""},
+		{`"Infinity"`, tensor.FP32, inf, ""},
+		{`"-Infinity"`, tensor.FP32, -inf, ""},
+		{`"NaN"`, tensor.FP64, nan, ""},
+		{`"Infinity"`, tensor.FP64, inf, ""},
+		{`"-Infinity"`, tensor.FP64, -inf, ""},
+		{`"nan"`, tensor.FP32, 0, "element 0: invalid"},
+		{`"inf"`, tensor.FP64, 0, "invalid"},
+		{`"1"`, tensor.FP32, 0, "invalid"},
+		{`"-NaN"`, tensor.FP32, 0, "invalid"},
+		{`"NaN`, tensor.FP32, 0, "invalid"},
+		{`"Infinity\"`, tensor.FP64, 0, "invalid"},
+		{`"Infinity "`, tensor.FP64, 0, "invalid"},
+		{`-"Infinity"`, tensor.FP32, 0, "invalid"},
+		{`""`, tensor.FP32, 0, "invalid"},
+	} {
+		data, _, end, err := decodeArray([]byte(c.in), 0, c.dt, 8, 1)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%s as %s: % x, err %v, want %q", c.in, c.dt, data, err, c.err)
+			}
+			continue
+		}
+		if err != nil || end != len(c.in) {
+			t.Errorf("%s as %s: end %d, %v", c.in, c.dt, end, err)
+			continue
+		}
+		var got float64
+		if c.dt == tensor.FP32 {
+			got = float64(math.Float32frombits(binary.LittleEndian.Uint32(data)))
+		} else {
+			got = math.Float64frombits(binary.LittleEndian.Uint64(data))
+		}
+		if !(got == c.want && math.Signbit(got) == math.Signbit(c.want) || math.IsNaN(got) && math.IsNaN(c.want)) {
+			t.Errorf("%s as %s = %v, want %v", c.in, c.dt, got, c.want)
+		}
+	}
+	// In an array the error names the element.
+	_, _, _, err := decodeArray([]byte(`[[1,2],[3,1e999]]`), 0, tensor.FP32, 16, 4)
+	if err == nil || err.Error() != "element 3: 1e999 is out of range for FP32" {
+		t.Errorf("nested overflow: %v", err)
 	}
 }
 

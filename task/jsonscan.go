@@ -14,7 +14,9 @@ import (
 //
 // Beyond RFC 8259 it accepts the tokens NaN, Infinity and -Infinity wherever
 // a number may stand, because Python's json module writes them for float
-// arrays holding those values and the adapter's producers use it.
+// arrays holding those values and the adapter's producers use it. Float
+// elements and timings also take them as strings ("NaN"), the form inferq
+// writes in results (see appendFloat) since records must be valid JSON.
 
 // maxDepth bounds the nesting of any JSON value (encoding/json allows 10000;
 // nothing inferq reads is deeper than a tensor of rank maxRank).
@@ -410,11 +412,14 @@ func parseInt64(b []byte, i int) (int64, int, error) {
 	return v, end, err
 }
 
-// parseFloat reads a JSON number at b[i] as a float64.
+// parseFloat reads a JSON number at b[i] as a float64, or one of the
+// strings "NaN", "Infinity" and "-Infinity" (see quotedFloat).
 func parseFloat(b []byte, i int) (float64, int, error) {
 	n, end, err := scanNumber(b, i)
 	if err != nil {
-		return 0, end, err
+		if n, end, err = quotedFloat(b, i, end, err); err != nil {
+			return 0, end, err
+		}
 	}
 	f, ok := n.toFloat64(b[i:end])
 	if !ok {

@@ -100,7 +100,7 @@ func (r *Record) AppendJSON(b []byte) []byte {
 			}
 			b = appendString(b, k)
 			b = append(b, ':')
-			b = appendFloat(b, r.Timings[k], 64)
+			b = appendFloat(b, r.Timings[k], 64, quotedNonFinite)
 		}
 		b = append(b, '}')
 	}
@@ -272,7 +272,10 @@ func jsonError(err error) error {
 //	{"model_name","model_version","outputs":[{"name","shape","datatype","data"}]}
 //
 // with flat data arrays, or "parameters": {"binary_data_size": n} for the
-// outputs sent in the binary form.
+// outputs sent in the binary form. Encode writes NaN and the infinities as
+// the strings "NaN", "Infinity" and "-Infinity" (the protobuf JSON
+// mapping), so the response is valid JSON; DecodeInferResponse reads those
+// and the bare tokens that Python's json and older versions write.
 type InferResponse struct {
 	ModelName    string
 	ModelVersion string
@@ -337,7 +340,7 @@ func (r *InferResponse) AppendJSON(b, bin []byte) ([]byte, []byte, error) {
 			b = append(b, ',')
 		}
 		var err error
-		if b, err = appendTensor(b, o.Tensor, o.Binary, &bin); err != nil {
+		if b, err = appendTensor(b, o.Tensor, o.Binary, quotedNonFinite, &bin); err != nil {
 			return nil, nil, errTensor("output", o.Tensor, err)
 		}
 	}
@@ -439,7 +442,7 @@ func decodeOutput(w wireTensor, bin []byte, off *int) (OutputTensor, error) {
 	}
 	jdt := dt
 	if dt == tensor.FP16 {
-		jdt = tensor.FP32 // half floats travel as JSON numbers
+		jdt = tensor.FP32 // half floats travel as JSON numbers, read as float32
 	}
 	most := int64(len(w.data)/2 + 1)
 	if w.hasShape && n > most {
@@ -451,7 +454,11 @@ func decodeOutput(w wireTensor, bin []byte, off *int) (OutputTensor, error) {
 		if jdt == tensor.BYTES {
 			hint = len(w.data)
 		}
-		data, got, _, err = decodeArray(w.data, 0, jdt, hint, most)
+		if dt == tensor.FP16 {
+			data, got, err = decodeHalfArray(w.data, hint, most)
+		} else {
+			data, got, _, err = decodeArray(w.data, 0, jdt, hint, most)
+		}
 	}
 	if err != nil {
 		return OutputTensor{}, err
@@ -462,14 +469,6 @@ func decodeOutput(w wireTensor, bin []byte, off *int) (OutputTensor, error) {
 	case len(got) <= 1 && tensor.NumElements(got) == n, slices.Equal(got, w.shape):
 	default:
 		return OutputTensor{}, fmt.Errorf("data has shape %s, the tensor says %s", tensor.FormatShape(got), tensor.FormatShape(w.shape))
-	}
-	if dt == tensor.FP16 {
-		half := make([]byte, len(data)/2)
-		for i := range len(data) / 4 {
-			h := tensor.Float32ToHalf(float32frombytes(data[4*i:]))
-			half[2*i], half[2*i+1] = byte(h), byte(h>>8)
-		}
-		data = half
 	}
 	o.Data = data
 	return o, nil

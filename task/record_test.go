@@ -147,9 +147,14 @@ func TestInferResponseJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `{"model_name":"mlp","model_version":"","outputs":[{"name":"y","shape":[1,5],"datatype":"FP32","data":[0.1,-Infinity,NaN,1e-45,3.4028235e+38]}]}`
+	// Non-finite values as the protobuf JSON mapping writes them: strings
+	// that every JSON reader takes.
+	want := `{"model_name":"mlp","model_version":"","outputs":[{"name":"y","shape":[1,5],"datatype":"FP32","data":[0.1,"-Infinity","NaN",1e-45,3.4028235e+38]}]}`
 	if string(result) != want {
 		t.Errorf("got\n%s\nwant\n%s", result, want)
+	}
+	if !json.Valid(result) {
+		t.Errorf("not valid JSON: %s", result)
 	}
 	_, _, err = NewInferResponse("m", "", []tensor.Tensor{{Name: "bad", DType: tensor.FP32, Shape: []int64{3}}}, nil).Encode()
 	wantErr(t, err, nil, `output "bad"`)
@@ -225,12 +230,18 @@ func TestLogValue(t *testing.T) {
 }
 
 // TestNonFiniteOutputsReadBack: a model that outputs NaN or an infinity
-// gets a SUCCESS record (the encoder writes the adapter's bare NaN and
-// Infinity); the record and the query response that carry it must read
-// back, values included, not turn into "malformed".
+// gets a SUCCESS record whose JSON every client reads (encoding/json
+// included: the values are the strings "NaN", "Infinity", "-Infinity");
+// the record and the query response that carry it read back with the same
+// values, and so do records written before, with Python's bare tokens.
 func TestNonFiniteOutputsReadBack(t *testing.T) {
-	out := []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)), 0.5}
-	result, _, err := NewInferResponse("m", "1", []tensor.Tensor{tensor.NewTensor("y", []int64{1, 4}, out)}, nil).Encode()
+	nan, inf := math.NaN(), math.Inf(1)
+	outs := []tensor.Tensor{
+		tensor.NewTensor("y", []int64{1, 4}, []float32{float32(nan), float32(inf), float32(-inf), 0.5}),
+		tensor.NewTensor("d", []int64{1, 4}, []float64{nan, inf, -inf, 0.5}),
+		{Name: "h", DType: tensor.FP16, Shape: []int64{1, 4}, Data: []byte{0x00, 0x7e, 0x00, 0x7c, 0x00, 0xfc, 0x00, 0x38}},
+	}
+	result, _, err := NewInferResponse("m", "1", outs, nil).Encode()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,23 +250,97 @@ func TestNonFiniteOutputsReadBack(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
-		got, err := tensor.Values[float32](resp.Outputs[0].Tensor)
-		if err != nil || len(got) != 4 || !math.IsNaN(float64(got[0])) || !math.IsInf(float64(got[1]), 1) || !math.IsInf(float64(got[2]), -1) || got[3] != 0.5 {
-			t.Errorf("%s: outputs %v (%v), want NaN +Inf -Inf 0.5", what, got, err)
+		if len(resp.Outputs) != len(outs) {
+			t.Fatalf("%s: %d outputs", what, len(resp.Outputs))
+		}
+		for i, o := range resp.Outputs {
+			var got []float64
+			switch o.DType {
+			case tensor.FP32:
+				v, _ := tensor.Values[float32](o.Tensor)
+				for _, x := range v {
+					got = append(got, float64(x))
+				}
+			case tensor.FP64:
+				got, _ = tensor.Values[float64](o.Tensor)
+			case tensor.FP16:
+				for k := 0; k+1 < len(o.Data); k += 2 {
+					got = append(got, float64(tensor.HalfToFloat32(uint16(o.Data[k])|uint16(o.Data[k+1])<<8)))
+				}
+			}
+			if o.DType != outs[i].DType || len(got) != 4 || !math.IsNaN(got[0]) || !math.IsInf(got[1], 1) || !math.IsInf(got[2], -1) || got[3] != 0.5 {
+				t.Errorf("%s: output %s %s = %v, want NaN +Inf -Inf 0.5", what, o.Name, o.DType, got)
+			}
 		}
 	}
-	body, _ := (&Record{TaskID: "t", Status: StatusSuccess, Result: result}).Encode()
+	body, _ := (&Record{TaskID: "t", Status: StatusSuccess, Result: result, Timings: map[string]float64{"infer": nan, "queue": inf}}).Encode()
+	var generic map[string]any
+	if err := json.Unmarshal(body, &generic); err != nil {
+		t.Errorf("encoding/json refuses the record: %v\n%s", err, body)
+	}
 	rec, err := ParseRecord(body)
 	if err != nil {
 		t.Fatalf("ParseRecord(%s): %v", body, err)
 	}
+	if !math.IsNaN(rec.Timings["infer"]) || !math.IsInf(rec.Timings["queue"], 1) {
+		t.Errorf("timings %v", rec.Timings)
+	}
 	resp, err := rec.Response()
 	check("record", resp, err)
 	qbody, _ := (&QueryResponse{Status: StatusSuccess, Result: result}).Encode()
+	if !json.Valid(qbody) {
+		t.Errorf("query response is not valid JSON: %s", qbody)
+	}
 	q, err := ParseQueryResponse(qbody)
 	if err != nil {
 		t.Fatalf("ParseQueryResponse(%s): %v", qbody, err)
 	}
 	resp, err = q.Response()
 	check("query response", resp, err)
+	// A record written before (bare tokens, as Python's json writes them)
+	// still reads.
+	old := []byte(`{"task_id":"t","status":"SUCCESS","result":{"model_name":"m","model_version":"1","outputs":[` +
+		`{"name":"y","shape":[1,4],"datatype":"FP32","data":[NaN,Infinity,-Infinity,0.5]},` +
+		`{"name":"d","shape":[1,4],"datatype":"FP64","data":[NaN,Infinity,-Infinity,0.5]},` +
+		`{"name":"h","shape":[1,4],"datatype":"FP16","data":[NaN,Infinity,-Infinity,0.5]}]},` +
+		`"created_at":null,"completed_at":null,"timings":{"infer":NaN}}`)
+	rec, err = ParseRecord(old)
+	if err != nil {
+		t.Fatalf("ParseRecord(old): %v", err)
+	}
+	resp, err = rec.Response()
+	check("old record", resp, err)
+}
+
+// TestHalfOutputRange: FP16 data in JSON (a response's outputs, and what
+// `inferq infer --input` reads) is refused when a finite number is beyond
+// the half range, not turned into an infinity; the element is named.
+func TestHalfOutputRange(t *testing.T) {
+	for _, c := range []struct {
+		data string
+		want []uint16
+		err  string
+	}{
+		{`[1,65504,65519,-65519]`, []uint16{0x3c00, 0x7bff, 0x7bff, 0xfbff}, ""},
+		{`[1,2,3,65520]`, nil, "element 3: 65520 is out of range for FP16"},
+		{`[[1,2],[-70000,4]]`, nil, "element 2: -70000 is out of range for FP16"},
+		{`[1,2,3,1e999]`, nil, "element 3: 1e999 is out of range for FP16"},
+		{`[NaN,"Infinity",-Infinity,1e-9]`, []uint16{0x7e00, 0x7c00, 0xfc00, 0}, ""},
+	} {
+		resp, err := DecodeInferResponse([]byte(`{"outputs":[{"name":"h","datatype":"FP16","data":`+c.data+`}]}`), nil)
+		if c.err != "" {
+			wantErr(t, err, ErrMalformed, `output "h": `+c.err)
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", c.data, err)
+			continue
+		}
+		d := resp.Outputs[0].Data
+		for k, w := range c.want {
+			if g := uint16(d[2*k]) | uint16(d[2*k+1])<<8; g != w {
+				t.Errorf("%s: element %d = %#04x, want %#04x", c.data, k, g, w)
+			}
+		}
+	}
 }
