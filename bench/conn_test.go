@@ -2,24 +2,16 @@ package bench
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"log/slog"
-	"math/big"
 	"net"
-	"os"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/inferq/inferq/broker"
 	"github.com/inferq/inferq/mq"
+	"github.com/inferq/inferq/testcert"
 	pb "github.com/kubemq-io/protobuf/go"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -33,22 +25,8 @@ import (
 // without the token; refused counts the refusals.
 func tlsTokenBroker(t *testing.T, token string) (addr, caFile string, refused *atomic.Int64) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "broker"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caFile = filepath.Join(t.TempDir(), "broker.pem")
-	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	ca := testcert.NewCA(t, "broker CA")
+	srv, caFile := ca.Server(t, "broker"), ca.File
 	refused = &atomic.Int64{}
 	check := func(ctx context.Context) error {
 		md, _ := metadata.FromIncomingContext(ctx)
@@ -59,7 +37,7 @@ func tlsTokenBroker(t *testing.T, token string) (addr, caFile string, refused *a
 		return nil
 	}
 	g := grpc.NewServer(
-		grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}})),
+		grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{srv.TLS}})),
 		grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			if err := check(ctx); err != nil {
 				return nil, err

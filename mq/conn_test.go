@@ -2,24 +2,17 @@ package mq
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/inferq/inferq/broker"
+	"github.com/inferq/inferq/testcert"
 	pb "github.com/kubemq-io/protobuf/go"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -41,77 +34,12 @@ type testPKI struct {
 
 func newTestPKI(t *testing.T) *testPKI {
 	t.Helper()
-	dir := t.TempDir()
-	write := func(name, typ string, der []byte) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	newKey := func() *ecdsa.PrivateKey {
-		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return k
-	}
-	serial := int64(0)
-	issue := func(tmpl, parent *x509.Certificate, pub *ecdsa.PublicKey, signer *ecdsa.PrivateKey) *x509.Certificate {
-		serial++
-		tmpl.SerialNumber = big.NewInt(serial)
-		tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(time.Hour)
-		if parent == nil {
-			parent = tmpl
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, pub, signer)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := x509.ParseCertificate(der)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
-	newCA := func(name string) (*x509.Certificate, *ecdsa.PrivateKey) {
-		k := newKey()
-		return issue(&x509.Certificate{Subject: pkix.Name{CommonName: name}, IsCA: true, BasicConstraintsValid: true,
-			KeyUsage: x509.KeyUsageCertSign}, nil, &k.PublicKey, k), k
-	}
-	leaf := func(name string, ca *x509.Certificate, caKey *ecdsa.PrivateKey, usage x509.ExtKeyUsage) (*x509.Certificate, *ecdsa.PrivateKey) {
-		k := newKey()
-		tmpl := &x509.Certificate{Subject: pkix.Name{CommonName: name}, KeyUsage: x509.KeyUsageDigitalSignature,
-			ExtKeyUsage: []x509.ExtKeyUsage{usage}}
-		if usage == x509.ExtKeyUsageServerAuth {
-			tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1)}
-		}
-		return issue(tmpl, ca, &k.PublicKey, caKey), k
-	}
-	keyDER := func(k *ecdsa.PrivateKey) []byte {
-		der, err := x509.MarshalECPrivateKey(k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return der
-	}
-	ca, caKey := newCA("inferq test CA")
-	srv, srvKey := leaf("broker", ca, caKey, x509.ExtKeyUsageServerAuth)
-	cli, cliKey := leaf("inferq", ca, caKey, x509.ExtKeyUsageClientAuth)
-	other, otherKey := newCA("other CA")
-	ocli, ocliKey := leaf("intruder", other, otherKey, x509.ExtKeyUsageClientAuth)
-	p := &testPKI{
-		ca:         write("ca.pem", "CERTIFICATE", ca.Raw),
-		clientCert: write("client.pem", "CERTIFICATE", cli.Raw),
-		clientKey:  write("client.key", "EC PRIVATE KEY", keyDER(cliKey)),
-		otherCA:    write("other-ca.pem", "CERTIFICATE", other.Raw),
-		otherCert:  write("other-client.pem", "CERTIFICATE", ocli.Raw),
-		otherKey:   write("other-client.key", "EC PRIVATE KEY", keyDER(ocliKey)),
-		server:     tls.Certificate{Certificate: [][]byte{srv.Raw}, PrivateKey: srvKey},
-		pool:       x509.NewCertPool(),
-	}
-	p.pool.AddCert(ca)
-	return p
+	ca := testcert.NewCA(t, "inferq test CA")
+	cli := ca.Client(t, "inferq")
+	other := testcert.NewCA(t, "other CA")
+	intruder := other.Client(t, "intruder")
+	return &testPKI{ca: ca.File, clientCert: cli.CertFile, clientKey: cli.KeyFile, server: ca.Server(t, "broker").TLS,
+		pool: ca.Pool, otherCA: other.File, otherCert: intruder.CertFile, otherKey: intruder.KeyFile}
 }
 
 // serveKubemq serves srv (the embedded broker, or a wrapper of it) on

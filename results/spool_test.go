@@ -176,9 +176,10 @@ func TestSpoolOverflow(t *testing.T) {
 			if st.Pending != wantPending || st.Dropped != wantDropped {
 				t.Fatalf("pending %d dropped %d, want %d %d", st.Pending, st.Dropped, wantPending, wantDropped)
 			}
-			_, ok := s.Get("t0")
-			if ok != dataDir {
-				t.Errorf("Get(oldest) ok = %v, want %v", ok, dataDir)
+			// The recent cache took each record as Put began, so lookups
+			// still find a record whose delivery the memory spool dropped.
+			if _, ok := s.Get("t0"); !ok {
+				t.Errorf("Get(oldest) found nothing; the recent cache should answer for it")
 			}
 			if !dataDir && strings.Count(logs.String(), "result record lost") != 2 {
 				t.Errorf("want two loud losses in the log:\n%s", logs)

@@ -114,6 +114,12 @@ func (s *Store) Put(ctx context.Context, e Entry) error {
 		s.toSpool(e, false, errors.New("the task has records waiting for replay"))
 		return nil
 	}
+	// The broker may deliver the record (or an oversize one's substitute,
+	// with its result_ref) before it answers this write, and the producer
+	// may look the record up at once: from here on the recent cache
+	// answers for it. A record over the cache's byte bound waits for
+	// stored's spool copy.
+	s.cache.put(e.TaskID, e.Body, e.Terminal)
 	removed := false
 	err = s.writeRetry(ctx, e, &removed)
 	switch {
@@ -163,13 +169,11 @@ func (s *Store) writeRetry(ctx context.Context, e Entry, removed *bool) error {
 }
 
 // stored notes a record the broker now holds: an oversize one stays whole
-// in the spool for lookups, others go to the recent cache.
+// in the spool for lookups (the cache, which Put filled, may evict it).
 func (s *Store) stored(e Entry) {
 	if e.oversize(s.cfg.MaxResultBytes) {
 		s.spool.add(e, stateHeld, true)
-		return
 	}
-	s.cache.put(e.TaskID, e.Body, e.Terminal)
 }
 
 func (s *Store) toSpool(e Entry, removed bool, why error) {

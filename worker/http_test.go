@@ -4,28 +4,24 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"io"
 	"log/slog"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/inferq/inferq/consumer"
 	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/mq"
+	"github.com/inferq/inferq/testcert"
 )
 
 // httpWorker builds a worker whose broker is never reached and serves its
@@ -113,41 +109,18 @@ func TestHTTPSlowClientsCut(t *testing.T) {
 }
 
 // writeCert writes a self-signed certificate for 127.0.0.1 and its key.
-func writeCert(t *testing.T, dir string) (certFile, keyFile string, pool *x509.CertPool) {
+func writeCert(t *testing.T) (certFile, keyFile string, pool *x509.CertPool) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "inferq-test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	pool = x509.NewCertPool()
-	pool.AddCert(cert)
-	return certFile, keyFile, pool
+	ca := testcert.NewCA(t, "inferq test CA")
+	srv := ca.Server(t, "inferq-test")
+	return srv.CertFile, srv.KeyFile, ca.Pool
 }
 
 // With tls_cert and tls_key the listener speaks HTTPS only; with a token
 // (here from auth_token_file) it asks for it on all but health.
 func TestHTTPTLSAndToken(t *testing.T) {
 	dir := t.TempDir()
-	certFile, keyFile, pool := writeCert(t, dir)
+	certFile, keyFile, pool := writeCert(t)
 	tokFile := filepath.Join(dir, "token")
 	if err := os.WriteFile(tokFile, []byte("s3cret\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -198,8 +171,8 @@ func TestHTTPTLSAndToken(t *testing.T) {
 // released what it built with a nil worker and panicked).
 func TestHTTPConfigErrors(t *testing.T) {
 	dir := t.TempDir()
-	certFile, _, _ := writeCert(t, dir)
-	_, otherKey, _ := writeCert(t, t.TempDir())
+	certFile, _, _ := writeCert(t)
+	_, otherKey, _ := writeCert(t)
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -241,10 +214,10 @@ func TestHTTPOpenListenerWarns(t *testing.T) {
 		{"loopback, no token", models.HTTP{Listen: "127.0.0.1:0"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var logs bytes.Buffer
-			httpWorker(t, tc.h, &logs)
+			logs := &lockedBuffer{}
+			httpWorker(t, tc.h, logs)
 			warned := false
-			sc := bufio.NewScanner(bytes.NewReader(logs.Bytes()))
+			sc := bufio.NewScanner(strings.NewReader(logs.String()))
 			for sc.Scan() {
 				warned = warned || strings.Contains(sc.Text(), "level=WARN") && strings.Contains(sc.Text(), "without a bearer token")
 			}
@@ -253,4 +226,23 @@ func TestHTTPOpenListenerWarns(t *testing.T) {
 			}
 		})
 	}
+}
+
+// lockedBuffer is a log sink the worker's goroutines (the broker
+// connection's warnings among them) write while the test reads it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
