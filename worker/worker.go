@@ -48,13 +48,10 @@ type Config struct {
 	// Registry receives the result store's metrics and is served on
 	// /metrics; nil: a private one.
 	Registry *prometheus.Registry
-	// HTTPListen, when set, is the address of the HTTP handler (health,
-	// metrics, task lookup, Open Inference Protocol); "" takes
-	// HTTP.Listen, and no listener when both are empty.
-	HTTPListen string
-	// HTTP holds the HTTP server's timeouts, infer concurrency cap,
-	// bearer token and TLS files; zero timeouts and cap take models'
-	// defaults (models.HTTP.SetDefaults).
+	// HTTP is the HTTP handler's (health, metrics, task lookup, Open
+	// Inference Protocol) listen address ("": no listener), timeouts,
+	// infer concurrency cap, bearer token and TLS files; zero timeouts and
+	// cap take models' defaults (models.HTTP.SetDefaults).
 	HTTP models.HTTP
 	// Devices maps each model to its devices, for /v1/models.
 	Devices map[string][]string
@@ -76,7 +73,7 @@ type Worker struct {
 }
 
 // New dials the broker and builds the result store, the journal, the
-// consumer and, with HTTPListen, the HTTP listener. On error it releases
+// consumer and, with HTTP.Listen, the HTTP listener. On error it releases
 // what it built.
 func New(ctx context.Context, cfg Config) (w *Worker, err error) {
 	if len(cfg.Models) == 0 {
@@ -208,10 +205,7 @@ func (w *Worker) newConsumer(context.Context) error {
 
 func (w *Worker) listen(context.Context) error {
 	h := w.cfg.HTTP
-	addr := w.cfg.HTTPListen
-	if addr == "" {
-		addr = h.Listen
-	}
+	addr := h.Listen
 	if addr == "" {
 		return nil
 	}

@@ -62,12 +62,12 @@ func TestWorkerServesAndStops(t *testing.T) {
 	srv := brokertest.NewServer(t, broker.Options{PollWaitFloor: 20 * time.Millisecond, SecondLength: 20 * time.Millisecond})
 	var logs bytes.Buffer
 	w, err := New(context.Background(), Config{
-		Broker:     mq.Config{Address: srv.Addr, ClientID: "worker-test"},
-		Models:     []consumer.Model{mlpModel("mlp", nil)},
-		DataDir:    t.TempDir(),
-		Consumer:   consumer.Config{Worker: "test", IntakeWorkers: 1, Writers: 4, DrainTimeout: 5 * time.Second},
-		HTTPListen: "127.0.0.1:0",
-		Logger:     slog.New(slog.NewTextHandler(&logs, nil)),
+		Broker:   mq.Config{Address: srv.Addr, ClientID: "worker-test"},
+		Models:   []consumer.Model{mlpModel("mlp", nil)},
+		DataDir:  t.TempDir(),
+		Consumer: consumer.Config{Worker: "test", IntakeWorkers: 1, Writers: 4, DrainTimeout: 5 * time.Second},
+		HTTP:     models.HTTP{Listen: "127.0.0.1:0"},
+		Logger:   slog.New(slog.NewTextHandler(&logs, nil)),
 	})
 	if err != nil {
 		t.Fatal(err)
