@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
+
 	"github.com/inferq/inferq/mq"
 	"github.com/inferq/inferq/task"
 	"github.com/inferq/inferq/tensor"
@@ -374,8 +376,12 @@ func (c *Client) build(o *enqueueOptions, id, model string, inputs []tensor.Tens
 // returns once the broker stored the task. Unless WithCompat, it first waits
 // (within ctx) for the reply subscription to be live (Ready), so no record
 // can be missed, and registers the task so that its record is kept until
-// Wait or Forget, however early it comes. ctx bounds the call: a task whose
-// ctx ended during the send may still have been stored.
+// Wait or Forget, however early it comes. A send that fails because the
+// broker is away (mq.ErrUnavailable, such as during a broker restart) is
+// made again, with backoff, for up to Config.SendRetryFor; a task whose
+// stream send was cut off may so be stored twice (at-least-once), its
+// record still reaches Wait once. ctx bounds the call: a task whose ctx
+// ended during the send may still have been stored.
 func (c *Client) Enqueue(ctx context.Context, model string, inputs []tensor.Tensor, opts ...Option) (string, error) {
 	o := c.options(opts)
 	id := o.id
@@ -446,22 +452,15 @@ func (c *Client) send(ctx context.Context, o *enqueueOptions, model string, ids 
 		}
 		c.tab.expect(ids...)
 	}
-	err = c.conn.Sender().Send(ctx, msgs...)
+	merrs := c.sendRetrying(ctx, msgs, per)
 	errs = make([]error, len(ids))
-	if err != nil {
-		var be *mq.BatchError
-		if !errors.As(err, &be) || len(be.Errs) != len(msgs) {
-			be = &mq.BatchError{Errs: make([]error, len(msgs))}
-			for i := range be.Errs {
-				be.Errs[i] = err
-			}
-		}
+	if merrs != nil {
 		var failed []string
 		for i := range ids {
-			if perr := be.Errs[per*i]; per == 2 && perr != nil && be.Errs[per*i+1] == nil {
+			if perr := merrs[per*i]; per == 2 && perr != nil && merrs[per*i+1] == nil {
 				c.log.Warn("client compat PENDING record not written", "task_id", ids[i], "err", perr)
 			}
-			if e := be.Errs[per*i+per-1]; e != nil {
+			if e := merrs[per*i+per-1]; e != nil {
 				errs[i] = fmt.Errorf("client: enqueue %s to %s: %w", model, msgs[per*i+per-1].Channel, e)
 				failed = append(failed, ids[i])
 			}
@@ -471,6 +470,105 @@ func (c *Client) send(ctx context.Context, o *enqueueOptions, model string, ids 
 		}
 	}
 	return errs, nil
+}
+
+// sendRetrying sends msgs (groups of per messages, the task last) and
+// resends those that failed with mq.ErrUnavailable, with backoff between
+// Config.Broker's RetryMin and RetryMax, until they are stored, ctx ends, the
+// Client closes or Config.SendRetryFor passed since the first failure. A
+// compat PENDING record is resent only with its task, so that it never
+// lands after the task. It returns nil when all were stored, else each
+// message's error (nil: stored).
+func (c *Client) sendRetrying(ctx context.Context, msgs []mq.OutMessage, per int) []error {
+	errs := make([]error, len(msgs))
+	todo := make([]int, len(msgs))
+	for i := range todo {
+		todo[i] = i
+	}
+	var (
+		b     *backoff.ExponentialBackOff
+		first time.Time // of the first unavailability
+		round []mq.OutMessage
+		tries int
+	)
+	for {
+		round = round[:0]
+		for _, i := range todo {
+			round = append(round, msgs[i])
+		}
+		err := c.conn.Sender().Send(ctx, round...)
+		tries++
+		var be *mq.BatchError
+		if err != nil && (!errors.As(err, &be) || len(be.Errs) != len(round)) {
+			be = &mq.BatchError{Errs: make([]error, len(round))}
+			for k := range be.Errs {
+				be.Errs[k] = err
+			}
+		}
+		var again []int
+		for k, i := range todo {
+			if be == nil {
+				errs[i] = nil
+				continue
+			}
+			errs[i] = be.Errs[k]
+			if !errors.Is(errs[i], mq.ErrUnavailable) {
+				continue
+			}
+			// A PENDING record (not the last of its group) goes again only
+			// when its task goes again: it is next in this round.
+			if i%per == per-1 || (k+1 < len(todo) && todo[k+1] == i+1 && errors.Is(be.Errs[k+1], mq.ErrUnavailable)) {
+				again = append(again, i)
+			}
+		}
+		if len(again) == 0 {
+			break
+		}
+		if b == nil {
+			first = time.Now()
+			b = &backoff.ExponentialBackOff{
+				InitialInterval:     c.cfg.Broker.RetryMin * 3 / 4,
+				MaxInterval:         c.cfg.Broker.RetryMax * 3 / 4,
+				Multiplier:          2,
+				RandomizationFactor: 1.0 / 3,
+			}
+			b.Reset()
+			c.log.Info("client broker away, resending", "messages", len(again), "err", errs[again[0]])
+		}
+		away := time.Since(first)
+		left := c.cfg.SendRetryFor - away
+		wait := min(b.NextBackOff(), left)
+		var stop error
+		if left <= 0 {
+			stop = fmt.Errorf("gave up after %v and %d tries (SendRetryFor %v)", away.Round(time.Millisecond), tries, c.cfg.SendRetryFor)
+		} else {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				stop = fmt.Errorf("%w after %v and %d tries", ctx.Err(), away.Round(time.Millisecond), tries)
+			case <-c.closed:
+				stop = ErrClosed
+			}
+			t.Stop()
+		}
+		if stop != nil {
+			for _, i := range again {
+				errs[i] = fmt.Errorf("%w (%w)", errs[i], stop)
+			}
+			break
+		}
+		todo = again
+	}
+	for _, err := range errs {
+		if err != nil {
+			return errs
+		}
+	}
+	if b != nil {
+		c.log.Info("client broker back, resent", "after", time.Since(first).Round(time.Millisecond), "tries", tries)
+	}
+	return nil
 }
 
 // Forget stops keeping the records of ids: one that is held is dropped, one

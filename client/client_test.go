@@ -496,3 +496,138 @@ func TestConfigValidate(t *testing.T) {
 		t.Errorf("defaults: %+v", cfg)
 	}
 }
+
+// TestEnqueueRidesThroughBrokerRestart: producers enqueue in a loop (one
+// task a call, and batches) while the broker is away for about 1.5 s; no
+// call fails while its ctx lives, every task is on the queue after the
+// restart, and every result comes back through Wait. The worker starts
+// after the restart, so no queue poll is live while the broker is away.
+func TestEnqueueRidesThroughBrokerRestart(t *testing.T) {
+	srv := fastBroker(t)
+	c := newClient(t, srv.Addr, "ridethrough")
+	ctx := ctxT(t, 60*time.Second)
+	// The first send opens the sender's stream (slow on KubeMQ too).
+	warm, err := c.Enqueue(ctx, "mlp", mlpInput(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu      sync.Mutex
+		ids     = []string{warm}
+		slow    int // calls that spanned the outage
+		stopped = make(chan struct{})
+		wg      sync.WaitGroup
+	)
+	produce := func(batch int) {
+		defer wg.Done()
+		in := make([][]tensor.Tensor, batch)
+		for i := range in {
+			in[i] = mlpInput(0)
+		}
+		for {
+			select {
+			case <-stopped:
+				return
+			default:
+			}
+			t0 := time.Now()
+			var got []string
+			var err error
+			if batch == 1 {
+				var id string
+				id, err = c.Enqueue(ctx, "mlp", in[0])
+				got = []string{id}
+			} else {
+				got, err = c.EnqueueMany(ctx, "mlp", in)
+			}
+			if err != nil {
+				t.Errorf("enqueue (batch %d) failed while its ctx lives: %v", batch, err)
+				return
+			}
+			mu.Lock()
+			ids = append(ids, got...)
+			if time.Since(t0) > 500*time.Millisecond {
+				slow++
+			}
+			mu.Unlock()
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	wg.Add(3)
+	go produce(1)
+	go produce(1)
+	go produce(8)
+	time.Sleep(200 * time.Millisecond)
+	srv.Stop()
+	time.Sleep(1500 * time.Millisecond)
+	srv.Restart()
+	time.Sleep(500 * time.Millisecond)
+	close(stopped)
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	if slow == 0 {
+		t.Fatalf("no enqueue spanned the outage (%d tasks): the test did not test", len(ids))
+	}
+	queued := map[string]int{}
+	for _, m := range srv.Queue("inferq.mlp") {
+		queued[m.Tags[task.TagTaskID]]++
+	}
+	for _, id := range ids {
+		if queued[id] == 0 {
+			t.Errorf("task %s enqueued without error is not on the queue", id)
+		}
+	}
+	if len(queued) != len(ids) {
+		t.Errorf("%d distinct tasks on the queue, %d enqueued", len(queued), len(ids))
+	}
+	w := clienttest.StartWorker(t, clienttest.Config{Address: srv.Addr, Model: clienttest.MLP()})
+	recs, err := c.WaitAll(ctx, ids)
+	if err != nil {
+		t.Fatalf("%v (worker handled %d)", err, w.Handled())
+	}
+	for i, rec := range recs {
+		checkMLP(t, ids[i], rec)
+	}
+	t.Logf("%d tasks, %d calls spanned the outage, %d handled", len(ids), slow, w.Handled())
+}
+
+// TestEnqueueRetryBounds: a broker that stays away makes Enqueue resend
+// until its ctx ends or SendRetryFor passes, whichever comes first, and
+// the error says why (mq.ErrUnavailable, and ctx's error or the cap).
+func TestEnqueueRetryBounds(t *testing.T) {
+	tests := []struct {
+		name     string
+		retryFor time.Duration
+		ctxFor   time.Duration
+		want     error  // besides mq.ErrUnavailable
+		wantText string // in the error
+	}{
+		{"ctx ends first", time.Minute, 400 * time.Millisecond, context.DeadlineExceeded, "tries"},
+		{"cap ends first", 400 * time.Millisecond, time.Minute, nil, "SendRetryFor 400ms"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := fastBroker(t)
+			c := newClient(t, srv.Addr, "bounds", func(cfg *client.Config) { cfg.SendRetryFor = tt.retryFor })
+			if _, err := c.Enqueue(ctxT(t, 10*time.Second), "mlp", mlpInput(0)); err != nil {
+				t.Fatal(err)
+			}
+			srv.Stop()
+			ctx := ctxT(t, tt.ctxFor)
+			t0 := time.Now()
+			_, err := c.EnqueueMany(ctx, "mlp", [][]tensor.Tensor{mlpInput(1), mlpInput(2)})
+			took := time.Since(t0)
+			if !errors.Is(err, mq.ErrUnavailable) || (tt.want != nil && !errors.Is(err, tt.want)) || !strings.Contains(err.Error(), tt.wantText) {
+				t.Fatalf("enqueue with the broker away: %v", err)
+			}
+			if took < 350*time.Millisecond || took > 10*time.Second {
+				t.Errorf("gave up after %v, want about 400ms", took)
+			}
+			if s := c.Stats(); s.Pending != 1 {
+				t.Errorf("tasks not sent are pending: %+v", s)
+			}
+		})
+	}
+}

@@ -75,6 +75,12 @@ type Config struct {
 	// ReadyRetry is the first interval between the probes that check the
 	// new-only subscription is live (see Ready). Default 200 ms.
 	ReadyRetry time.Duration
+	// SendRetryFor bounds how long Enqueue and EnqueueMany keep resending
+	// tasks that failed because the broker is away (mq.ErrUnavailable),
+	// counted from the first failure of a call, within the call's ctx;
+	// the waits between sends double from Broker.RetryMin to
+	// Broker.RetryMax. Default 2 min.
+	SendRetryFor time.Duration
 	// Logger receives the Client's logs. Default: discard.
 	Logger *slog.Logger
 }
@@ -117,6 +123,7 @@ func (c *Config) Validate() error {
 	setDefault(&c.DedupWindow, 100000)
 	setDefault(&c.CursorInterval, time.Second)
 	setDefault(&c.ReadyRetry, 200*time.Millisecond)
+	setDefault(&c.SendRetryFor, 2*time.Minute)
 	return nil
 }
 

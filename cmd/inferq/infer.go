@@ -193,6 +193,8 @@ func (a *app) infer(ctx context.Context, model string, inputs []tensor.Tensor, f
 		Broker:       bcfg,
 		Identity:     f.identity,
 		BinaryInputs: f.binary,
+		// A broker restart mid-run: sends wait for it as long as the run may.
+		SendRetryFor: f.timeout,
 		Logger:       slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelError})),
 	})
 	if err != nil {

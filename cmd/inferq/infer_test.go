@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -150,5 +151,51 @@ func TestInferShapeSpec(t *testing.T) {
 	ins, err := randomInputs("multitype", nil, "FP32")
 	if err != nil || len(ins) != 2 || ins[0].String() == "" || ins[1].Validate() != nil {
 		t.Errorf("multitype: %v %v", ins, err)
+	}
+}
+
+// TestInferRidesThroughBrokerRestart: the broker goes away for 1.5 s while
+// `infer -n` is sending; the run waits for it and finishes with every
+// result. The worker starts after the restart, so no queue poll is live
+// while the broker is away.
+func TestInferRidesThroughBrokerRestart(t *testing.T) {
+	srv := inferBroker(t)
+	const n = 20000
+	type result struct {
+		code      int
+		out, errs string
+	}
+	done := make(chan result, 1)
+	go func() {
+		code, out, errs := runInferCmd(t, map[string]string{"INFERQ_BROKER_ADDRESS": srv.Addr},
+			"mlp", "--random", "--n", strconv.Itoa(n), "--json", "--timeout", "50s")
+		done <- result{code, out, errs}
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for len(srv.Broker.QueueSnapshot("inferq.mlp").Waiting) < inferBatch {
+		if time.Now().After(deadline) {
+			t.Fatal("infer sent nothing in 20 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	srv.Stop()
+	if sent := len(srv.Broker.QueueSnapshot("inferq.mlp").Waiting); sent >= n {
+		t.Fatalf("all %d tasks sent before the broker stopped: the test did not test", sent)
+	} else {
+		t.Logf("broker stopped after %d tasks", sent)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	srv.Restart()
+	clienttest.StartWorker(t, clienttest.Config{Address: srv.Addr, Model: clienttest.MLP()})
+	r := <-done
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.errs)
+	}
+	var sum map[string]any
+	if err := json.Unmarshal([]byte(r.out), &sum); err != nil {
+		t.Fatalf("%v:\n%s", err, r.out)
+	}
+	if sum["count"] != float64(n) || sum["ok"] != float64(n) {
+		t.Errorf("summary %v", sum)
 	}
 }
