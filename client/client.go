@@ -480,23 +480,31 @@ func (c *Client) send(ctx context.Context, o *enqueueOptions, model string, ids 
 // lands after the task. It returns nil when all were stored, else each
 // message's error (nil: stored).
 func (c *Client) sendRetrying(ctx context.Context, msgs []mq.OutMessage, per int) []error {
+	// The common case, a broker that takes everything, costs one Send: no
+	// index list, no copy of the messages.
+	round := msgs
+	err := c.conn.Sender().Send(ctx, round...)
+	if err == nil {
+		return nil
+	}
 	errs := make([]error, len(msgs))
-	todo := make([]int, len(msgs))
+	todo := make([]int, len(msgs)) // round[k] is msgs[todo[k]]
 	for i := range todo {
 		todo[i] = i
 	}
 	var (
 		b     *backoff.ExponentialBackOff
 		first time.Time // of the first unavailability
-		round []mq.OutMessage
 		tries int
 	)
 	for {
-		round = round[:0]
-		for _, i := range todo {
-			round = append(round, msgs[i])
+		if tries > 0 { // the first round was sent above
+			round = make([]mq.OutMessage, 0, len(todo))
+			for _, i := range todo {
+				round = append(round, msgs[i])
+			}
+			err = c.conn.Sender().Send(ctx, round...)
 		}
-		err := c.conn.Sender().Send(ctx, round...)
 		tries++
 		var be *mq.BatchError
 		if err != nil && (!errors.As(err, &be) || len(be.Errs) != len(round)) {
