@@ -36,7 +36,6 @@ type job struct {
 	lost    bool // the crash budget is spent: it must not run
 
 	req    runtime.Request // the run; req.Result once finished
-	ran    bool            // req was accepted by the batcher
 	cancel context.CancelFunc
 
 	// root carries the task's SpanReceive, stage its open stage span; both

@@ -179,10 +179,6 @@ type kwarg struct {
 	raw  []byte
 }
 
-// reservedKwargs are the kwargs read as control fields; every other member
-// of kwargs is an input by name (form 2).
-var reservedKwargs = [...]string{"inputs", "outputs", "parameters", "priority", "timeout_ms", "reply_to"}
-
 // Parse reads a task message's envelope: the body and the message tags
 // (tags may be nil). It does not read tensors; see Task.Inputs.
 //

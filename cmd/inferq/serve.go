@@ -53,19 +53,18 @@ A second signal exits at once.`
 
 // serveFlags are serve's own flags beyond the config layers.
 type serveFlags struct {
-	cfg            configFlags
-	log            logFlags
-	ortLib         string
-	embedded       string
-	printConfig    bool
-	shutdownGrace  time.Duration
-	alertWebhook   string
-	noWarmup       bool
-	intakeWorkers  int
-	resultWriters  int
-	pollMaxItems   int
-	sessionThreads int
-	queryGroup     string
+	cfg           configFlags
+	log           logFlags
+	ortLib        string
+	embedded      string
+	printConfig   bool
+	shutdownGrace time.Duration
+	alertWebhook  string
+	noWarmup      bool
+	intakeWorkers int
+	resultWriters int
+	pollMaxItems  int
+	queryGroup    string
 }
 
 func runServe(ctx context.Context, a *app, args []string) error {
@@ -156,7 +155,7 @@ func serve(ctx context.Context, a *app, log *slog.Logger, c *models.Config, f se
 	defer stopGPUMetrics()
 	loaded, err := worker.LoadModels(ctx, env, c.Models, placements, worker.LoadOptions{
 		Warm: !f.noWarmup, Wrap: faultHook(a.getenv), Observer: met.BatchObserver, Logger: log})
-	defer loaded.Close()
+	defer loaded.Close() // on error too: it holds the sessions opened before the failure
 	if err != nil {
 		return err
 	}
