@@ -8,29 +8,14 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
+	"github.com/inferq/inferq/gpu/gputest"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
-// twoGPUs is a fake 2-GPU node: GPU 0 with 30 GiB free, GPU 1 with 12 GiB.
-func twoGPUs(t *testing.T) *dgxa100.Server {
-	t.Helper()
-	s := dgxa100.NewWithGPUs(gpus.Multiple(2, gpus.A100_SXM4_40GB)...)
-	for i, free := range []uint64{30 << 30, 12 << 30} {
-		d := s.Devices[i].(*dgxa100.Device)
-		d.MemoryInfo.Free, d.MemoryInfo.Used = free, d.MemoryInfo.Total-free
-		d.GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) {
-			return nvml.Utilization{Gpu: uint32(10 + i)}, nvml.SUCCESS
-		}
-	}
-	return s
-}
-
 func TestGPUMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	stop, err := StartGPUMetrics(context.Background(), discard(), reg, twoGPUs(t))
+	stop, err := StartGPUMetrics(context.Background(), discard(), reg, gputest.TwoGPUs())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,25 +10,11 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/inferq/inferq/gpu/gputest"
 	"github.com/inferq/inferq/models"
 )
-
-// twoGPUs is a fake 2-GPU node: GPU 0 with 30 GiB free, GPU 1 with 12 GiB.
-func twoGPUs(t *testing.T) *dgxa100.Server {
-	t.Helper()
-	s := dgxa100.NewWithGPUs(gpus.Multiple(2, gpus.A100_SXM4_40GB)...)
-	for i, free := range []uint64{30 << 30, 12 << 30} {
-		d := s.Devices[i].(*dgxa100.Device)
-		d.MemoryInfo.Free, d.MemoryInfo.Used = free, d.MemoryInfo.Total-free
-		d.GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) {
-			return nvml.Utilization{Gpu: uint32(10 + i)}, nvml.SUCCESS
-		}
-	}
-	return s
-}
 
 // kubernetesModels returns the models of the config in
 // configs/kubernetes/configmap.yaml.
@@ -53,7 +39,7 @@ func kubernetesModels(t *testing.T) []models.Model {
 
 func TestDevicesPlacementTwoGPUs(t *testing.T) {
 	a, out, _ := testApp(nil)
-	if err := a.showDevices(twoGPUs(t), kubernetesModels(t), "", false); err != nil {
+	if err := a.showDevices(gputest.TwoGPUs(), kubernetesModels(t), "", false); err != nil {
 		t.Fatal(err)
 	}
 	got := out.String()
@@ -75,7 +61,7 @@ func TestDevicesPlacementCUDAVisible(t *testing.T) {
 	a, out, _ := testApp(nil)
 	ms := kubernetesModels(t)
 	// Only GPU 1 visible: it is CUDA's 0, so mlp's [0] lands on it.
-	if err := a.showDevices(twoGPUs(t), ms, "1", true); err != nil {
+	if err := a.showDevices(gputest.TwoGPUs(), ms, "1", true); err != nil {
 		t.Fatal(err)
 	}
 	got := out.String()
@@ -89,7 +75,7 @@ func TestDevicesPlacementCUDAVisible(t *testing.T) {
 
 	// Nothing visible: device cuda cannot be placed, and it says why.
 	a, out, _ = testApp(nil)
-	err := a.showDevices(twoGPUs(t), ms, "", true)
+	err := a.showDevices(gputest.TwoGPUs(), ms, "", true)
 	if err == nil || !strings.Contains(err.Error(), `model "resnet18" asks for device cuda`) || !strings.Contains(err.Error(), `CUDA_VISIBLE_DEVICES="" hides every GPU`) {
 		t.Errorf("error %v", err)
 	}
@@ -102,7 +88,7 @@ func TestDevicesPlacementFitsNowhere(t *testing.T) {
 	ms := kubernetesModels(t)
 	ms[0].CUDA.GPUMemLimit = 64 << 30
 	a, _, _ := testApp(nil)
-	err := a.showDevices(twoGPUs(t), ms, "", false)
+	err := a.showDevices(gputest.TwoGPUs(), ms, "", false)
 	if err == nil || !strings.Contains(err.Error(), `placement: runtime: model "resnet18" fits on no GPU`) {
 		t.Fatalf("error %v", err)
 	}
@@ -145,7 +131,7 @@ func TestDevicesFlagConfig(t *testing.T) {
 }
 
 func TestDevicesBrokenGPU(t *testing.T) {
-	s := twoGPUs(t)
+	s := gputest.TwoGPUs()
 	s.Devices[1].(*dgxa100.Device).GetUUIDFunc = func() (string, nvml.Return) { return "", nvml.ERROR_GPU_IS_LOST }
 	a, out, _ := testApp(nil)
 	ms := []models.Model{models.NewModel("c")}
