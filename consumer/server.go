@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/inferq/inferq/logclip"
 	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/mq"
 	"github.com/inferq/inferq/results"
@@ -193,7 +194,7 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, met: cfg.Metrics, sender: cfg.Broker.Sender(), journal: cfg.Journal}
+	s := &Server{cfg: cfg, log: logclip.Logger(cfg.Logger), met: cfg.Metrics, sender: cfg.Broker.Sender(), journal: cfg.Journal}
 	if s.met == nil {
 		return nil, errors.New("consumer: no metrics")
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/inferq/inferq/consumer"
 	"github.com/inferq/inferq/datadir"
+	"github.com/inferq/inferq/logclip"
 	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/mq"
 	"github.com/inferq/inferq/results"
@@ -85,7 +86,7 @@ func New(ctx context.Context, cfg Config) (w *Worker, err error) {
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
 	}
-	w = &Worker{cfg: cfg, log: cfg.Logger}
+	w = &Worker{cfg: cfg, log: logclip.Logger(cfg.Logger)} // its components log wire data
 	for _, step := range []func(context.Context) error{w.lockDataDir, w.dial, w.openStore, w.openJournal, w.newConsumer, w.listen} {
 		if err := step(ctx); err != nil {
 			w.release() // not deferred: returning nil sets w to nil first
