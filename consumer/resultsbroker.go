@@ -32,10 +32,10 @@ func (b resultsBroker) ReceiveOne(ctx context.Context, channel string, wait time
 }
 
 // classify marks an error that retrying cannot fix with backoff.Permanent,
-// the results.Broker contract: a message over the size limit is refused for
-// good.
+// the results.Broker contract: a message over the size limit, or a channel
+// name the broker does not take (KUBEMQ.md trap 19), is refused for good.
 func classify(err error) error {
-	if err != nil && errors.Is(err, mq.ErrTooLarge) {
+	if err != nil && (errors.Is(err, mq.ErrTooLarge) || errors.Is(err, mq.ErrRefused)) {
 		return backoff.Permanent(err)
 	}
 	return err

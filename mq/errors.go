@@ -35,6 +35,12 @@ var (
 	// ErrNotSettleable is returned when settling a Message that did not
 	// come from a Poller (for example one returned by Peek).
 	ErrNotSettleable = errors.New("mq: message was not polled")
+	// ErrRefused means the broker refused a request for what it names: a
+	// channel name it does not take (a space, '*', '>', a trailing '.',
+	// empty: "Error 120: invalid queue name value", Errors 102, 107, 108,
+	// 119 on events; KUBEMQ.md trap 19). The same request is refused
+	// again: it is permanent, never a reason to retry.
+	ErrRefused = errors.New("mq: refused by the broker")
 )
 
 // classify turns an error of the SDK or gRPC into one of the sentinels
@@ -55,7 +61,7 @@ func classify(op string, err error) error {
 
 // kindOf returns the sentinel err belongs to, or nil.
 func kindOf(err error) error {
-	for _, s := range []error{ErrUnavailable, ErrTooLarge, ErrClosed, ErrTimeout, ErrAlreadySettled, ErrNotSettleable} {
+	for _, s := range []error{ErrUnavailable, ErrTooLarge, ErrClosed, ErrTimeout, ErrAlreadySettled, ErrNotSettleable, ErrRefused} {
 		if errors.Is(err, s) {
 			return s
 		}
@@ -83,6 +89,8 @@ func textKind(msg string) error {
 	switch {
 	case strings.Contains(m, "error 301"), strings.Contains(m, "timeout for request"):
 		return ErrTimeout
+	case refusedName(m):
+		return ErrRefused
 	case strings.Contains(m, "resourceexhausted"), strings.Contains(m, "larger than max"),
 		strings.Contains(m, "message too large"):
 		return ErrTooLarge
@@ -103,6 +111,24 @@ func textKind(msg string) error {
 		return ErrUnavailable
 	}
 	return nil
+}
+
+// refusedName reports whether m (lower case) is the broker's refusal of a
+// channel name: its in-band texts, which come back as a send result, a
+// stream error or a gRPC status message.
+func refusedName(m string) bool {
+	for _, code := range []string{
+		"error 102:", // invalid channel value, cannot be empty
+		"error 107:", // no wildcards are allowed
+		"error 108:", // no white spaces are allowed
+		"error 119:", // cannot end with `.`
+		"error 120:", // invalid queue name value
+	} {
+		if strings.Contains(m, code) {
+			return true
+		}
+	}
+	return strings.Contains(m, "invalid queue name") || strings.Contains(m, "invalid channel value")
 }
 
 // BatchError reports the per-message outcome of a multi-message Send:

@@ -575,6 +575,36 @@ func TestSenderErrors(t *testing.T) {
 	checkNoLeaks(t)
 }
 
+// The broker's refusals of a channel name come back as ErrRefused on every
+// path that names a channel, never as ErrUnavailable (nothing may retry
+// them). A newline is tried on the embedded broker only: it damages a real
+// one (KUBEMQ.md trap 19).
+func TestRefusedChannelNames(t *testing.T) {
+	for _, tg := range targets(t, fastBroker()) {
+		t.Run(tg.name, func(t *testing.T) {
+			c := dial(t, tg)
+			ctx := context.Background()
+			bad := []string{"a b", chanName(t) + ".*", chanName(t) + ".>", chanName(t) + "."}
+			if tg.srv != nil {
+				bad = append(bad, "a\nb", "a\rb", "a\x00b")
+			}
+			for _, ch := range bad {
+				for op, call := range map[string]func() error{
+					"queue send":   func() error { return c.Sender().Send(ctx, OutMessage{Channel: ch, Body: []byte("x")}) },
+					"events store": func() error { return c.SendEventStore(ctx, ch, []byte("x"), nil) },
+					"event":        func() error { return c.SendEvent(ctx, ch, []byte("x"), nil) },
+					"receive one":  func() error { _, err := c.ReceiveOne(ctx, ch, time.Second); return err },
+				} {
+					err := call()
+					if !errors.Is(err, ErrRefused) || errors.Is(err, ErrUnavailable) {
+						t.Errorf("%s to %q: %v, want ErrRefused", op, ch, err)
+					}
+				}
+			}
+		})
+	}
+}
+
 func TestRetryAndDeadLetter(t *testing.T) {
 	tg := targets(t, broker.Options{PollWaitFloor: 50 * time.Millisecond, SecondLength: 100 * time.Millisecond})[0]
 	c := dial(t, tg)
@@ -871,6 +901,11 @@ func TestClassify(t *testing.T) {
 		{status.Error(codes.Internal, "Error 301: timeout for request message"), ErrTimeout},
 		{errors.New("Error 301: timeout for request message"), ErrTimeout},
 		{ErrClosed, ErrClosed},
+		{errors.New("Error 120: invalid queue name value, cannot be empty, contains wildcards ,white spaces and end with dot"), ErrRefused},
+		{status.Error(codes.Internal, "Error 108: invalid channel value, no white spaces are allowed"), ErrRefused},
+		{status.Error(codes.Internal, "Error 107: invalid channel value, no wildcards are allowed"), ErrRefused},
+		{errors.New("Error 119: invalid channel value, cannot end with `.`"), ErrRefused},
+		{errors.New("Error 102: invalid channel value, cannot be empty"), ErrRefused},
 		{errors.New("invalid ack sequence id 5"), nil},
 		{context.Canceled, nil},
 	} {
