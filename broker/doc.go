@@ -14,6 +14,13 @@
 // trap, so the embedded broker makes them meet it, and the path they run in
 // tests is the one they run against KubeMQ.
 //
+// Channel names are refused like the real broker refuses them (empty, a
+// space, '*' or '>' where wildcards are not allowed, a trailing '.': Errors
+// 120, 102, 107, 108, 119), and one more case on purpose: a control
+// character (newline, tab, NUL, DEL) gets the white-space refusal. The
+// real broker takes such a name and is damaged by it (trap 19); here a
+// client that sends one meets a refusal in its tests instead of nothing.
+//
 // Files: server.go (options, lifecycle, Ping), queue_store.go (channels,
 // send, take, settle), queue_stream.go (the queues_stream transactions),
 // queue_strand.go (stranding), queue_rpc.go (legacy queue calls),

@@ -164,14 +164,15 @@ func newPSIDs() psIDs {
 func (g psIDs) next() string { return g.prefix + strconv.FormatUint(g.n.Add(1), 36) }
 
 // psValidateChannel applies the real broker's checks to a channel name, in
-// its order. Wildcards are refused only when noWildcards is set.
+// its order. Wildcards are refused only when noWildcards is set. Control
+// characters count as white space (doc.go).
 func psValidateChannel(ch string, noWildcards bool) error {
 	switch {
 	case ch == "":
 		return psErrChannel
 	case strings.HasSuffix(ch, "."):
 		return psErrEndSeparator
-	case strings.Contains(ch, " "):
+	case strings.Contains(ch, " "), hasControl(ch):
 		return psErrWhitespace
 	case noWildcards && psWildcard(ch):
 		return psErrWildcards

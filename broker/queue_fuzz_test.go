@@ -109,7 +109,7 @@ func FuzzQueueRequests(f *testing.F) {
 
 func validQueueNameForTest(name string) bool {
 	for _, r := range name {
-		if r == ' ' || r == '*' || r == '>' {
+		if r == ' ' || r == '*' || r == '>' || r < 0x20 || r == 0x7f {
 			return false
 		}
 	}

@@ -51,9 +51,20 @@ var (
 	ErrTooManyPolls = errors.New("broker: too many polls pending on this stream")
 )
 
-// validQueueName applies KubeMQ's queue name rules.
+// validQueueName applies KubeMQ's queue name rules, and refuses control
+// characters, which the real broker takes and is damaged by (doc.go).
 func validQueueName(name string) bool {
-	return name != "" && !strings.HasSuffix(name, ".") && !strings.ContainsAny(name, " *>")
+	return name != "" && !strings.HasSuffix(name, ".") && !strings.ContainsAny(name, " *>") && !hasControl(name)
+}
+
+// hasControl reports whether s holds an ASCII control character.
+func hasControl(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] == 0x7f {
+			return true
+		}
+	}
+	return false
 }
 
 // idGen makes unique ids: a random per-store prefix and a counter.

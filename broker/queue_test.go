@@ -586,3 +586,36 @@ func TestQueueStrandingFollowsOpenBatches(t *testing.T) {
 		t.Errorf("in flight = %d after the close, want 0", n)
 	}
 }
+
+// A control character in a channel name is refused like white space on
+// every path (doc.go): the real broker takes it and is damaged by it.
+func TestControlCharactersInChannelNames(t *testing.T) {
+	t.Parallel()
+	srv := brokertest.NewServer(t, fastOpts)
+	c := rawClient(t, srv.Addr)
+	ctx := context.Background()
+	for _, ch := range []string{"a\nb", "a\rb", "a\tb", "a\x00b", "a\x7fb", "ok.q\n"} {
+		resp, err := c.SendQueueMessage(ctx, &pb.QueueMessage{ClientID: "c", Channel: ch, Body: []byte("x")})
+		if err != nil || !resp.IsError || !strings.Contains(resp.Error, "Error 120") {
+			t.Errorf("queue send to %q: %v %v, want Error 120", ch, resp, err)
+		}
+		policy := &pb.QueueMessagePolicy{MaxReceiveCount: 2, MaxReceiveQueue: ch}
+		resp, err = c.SendQueueMessage(ctx, &pb.QueueMessage{ClientID: "c", Channel: "ok.q", Body: []byte("x"), Policy: policy})
+		if err != nil || !resp.IsError || !strings.Contains(resp.Error, "Error 120") {
+			t.Errorf("queue send with dead letter queue %q: %v %v, want Error 120", ch, resp, err)
+		}
+		recv, err := c.ReceiveQueueMessages(ctx, &pb.ReceiveQueueMessagesRequest{ClientID: "c", Channel: ch, MaxNumberOfMessages: 1})
+		if err != nil || !recv.IsError || !strings.Contains(recv.Error, "Error 120") {
+			t.Errorf("receive from %q: %v %v, want Error 120", ch, recv, err)
+		}
+		for _, store := range []bool{false, true} {
+			_, err := c.SendEvent(ctx, &pb.Event{ClientID: "c", Channel: ch, Body: []byte("x"), Store: store})
+			if !strings.Contains(status.Convert(err).Message(), "Error 108") {
+				t.Errorf("event (store %v) to %q: %v, want Error 108", store, ch, err)
+			}
+		}
+	}
+	if n := len(srv.Queue("ok.q")); n != 0 {
+		t.Errorf("ok.q holds %d messages, want none", n)
+	}
+}
