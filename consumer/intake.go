@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/inferq/inferq/logclip"
 	"github.com/inferq/inferq/mq"
 	"github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/task"
@@ -77,14 +78,14 @@ func (s *Server) take(ctx context.Context, d *delivery) {
 		if r := recover(); r != nil {
 			// A decoder bug must not kill the worker: the message is
 			// unprocessable, and the stack goes to the log.
-			s.log.Error("panic in intake", "msg", d.msg, "panic", r, "stack", string(debug.Stack()))
+			s.log.Error("panic in intake", "msg", d.msg, "panic", r, "stack", logclip.Whole(debug.Stack()))
 			*j = job{s: s, q: d.q, msg: d.msg, received: d.received}
 			j.adm = admitted{verdict: admitUndecodable, err: fmt.Errorf("internal error decoding the task: %v", r), model: counted}
 			s.write <- j
 		}
 	}()
-	j.adm = admit(admission{from: fromQueue, body: d.msg.Body, tags: d.msg.Tags, received: d.received,
-		records: s.cfg.Store, traced: s.trace.tr != nil}, d.q.table)
+	j.adm = admit(admission{from: fromQueue, body: d.msg.Body, tags: d.msg.Tags, deadLetter: d.msg.MaxReceiveQueue,
+		received: d.received, records: s.cfg.Store, traced: s.trace.tr != nil}, d.q.table)
 	t, m := j.adm.task, j.adm.model
 	if t != nil {
 		j.crashes = s.journal.Crashes(d.msg.ID)
@@ -189,12 +190,16 @@ const (
 	admitTooLarge             // over the model's body or tensor limits
 	admitExpired              // past its deadline before it ran
 	admitCancelled            // its record reads CANCELLED
+	// admitBadName: its id, reply_to or dead letter queue must not name
+	// anything (task.CheckName). Like an undecodable message it has no
+	// identity to answer by: no record, the unprocessable queue.
+	admitBadName
 )
 
 // label is the verdict's outcome label in the metrics.
 func (v verdict) label() string {
 	switch v {
-	case admitUndecodable:
+	case admitUndecodable, admitBadName:
 		return OutcomeUnprocessable
 	case admitUnknownModel:
 		return OutcomeUnknownModel
@@ -246,7 +251,7 @@ func (mt *modelTable) unknown(name string) error {
 		names = append(names, strconv.Quote(n))
 	}
 	slices.Sort(names)
-	return fmt.Errorf("unknown model %q: %s serves %s", name, mt.where, strings.Join(names, ", "))
+	return fmt.Errorf("unknown model %q: %s serves %s", logclip.String(name), mt.where, strings.Join(names, ", "))
 }
 
 // recordReader finds a task's stored record; Store satisfies it.
@@ -264,8 +269,11 @@ type admission struct {
 	// headerLen (HTTP) is the Inference-Header-Content-Length header.
 	headerLen string
 	// model (HTTP) is the model the URL names.
-	model    string
-	received time.Time
+	model string
+	// deadLetter (queued tasks) is the message's MaxReceiveQueue policy:
+	// the producer's dead letter queue, a channel name.
+	deadLetter string
+	received   time.Time
 	// records, when set, is asked whether the task was cancelled (queued
 	// tasks only: a sync caller cancels by hanging up).
 	records recordReader
@@ -279,9 +287,9 @@ type admission struct {
 type admitted struct {
 	verdict verdict
 	err     error
-	// task is nil only when undecodable.
+	// task is nil only when undecodable or its names are refused.
 	task *task.Task
-	// model is nil when undecodable or unknown.
+	// model is nil when undecodable, unknown or its names are refused.
 	model    *Model
 	inputs   []tensor.Tensor
 	outputs  []string  // nil: every output
@@ -304,6 +312,9 @@ func admit(in admission, mt *modelTable) (a admitted) {
 			return refuse(a, admitTooLarge, err)
 		}
 		a.task, err = task.ParseInfer(in.body, in.headerLen, modelLimits(a.model))
+		if e := checkNames(in, a.task); e != nil {
+			return refuseNames(a, e)
+		}
 		if a.task == nil {
 			if errors.Is(err, task.ErrUndecodable) {
 				return refuse(a, admitUndecodable, fmt.Errorf("undecodable %s: %w", in.from.noun(), err))
@@ -317,6 +328,9 @@ func admit(in admission, mt *modelTable) (a admitted) {
 		}
 		if a.task, err = parse(in.body, in.tags, mt.limits); a.task == nil {
 			return refuse(a, admitUndecodable, fmt.Errorf("undecodable %s: %w", in.from.noun(), err))
+		}
+		if e := checkNames(in, a.task); e != nil {
+			return refuseNames(a, e)
 		}
 		a.model = mt.byName[a.task.Name]
 		if a.model == nil && errors.Is(err, task.ErrTooLarge) {
@@ -355,6 +369,42 @@ func admit(in admission, mt *modelTable) (a admitted) {
 	}
 	a.outputs = a.task.OutputNames()
 	return a
+}
+
+// checkNames checks what t (nil: nothing parsed) and in carry that names
+// things (the id, reply_to, the dead letter queue) before anything uses
+// them: the one place producer data is checked before it names a channel,
+// a record, a journal line or a log field (task.CheckName, KUBEMQ.md trap
+// 19).
+func checkNames(in admission, t *task.Task) error {
+	var id, replyTo string
+	if t != nil {
+		id, replyTo = t.ID, t.ReplyTo
+	}
+	idField := task.TagTaskID
+	if in.from == fromHTTP {
+		idField = "id"
+	}
+	for _, n := range []struct{ field, value string }{
+		{idField, id},
+		{task.TagReplyTo, replyTo},
+		{"dead letter queue (MaxReceiveQueue)", in.deadLetter},
+	} {
+		if n.value == "" {
+			continue // absent: an empty task_id is undecodable already
+		}
+		if err := task.CheckName(n.field, n.value); err != nil {
+			return fmt.Errorf("invalid %s: %w", in.from.noun(), err)
+		}
+	}
+	return nil
+}
+
+// refuseNames refuses a request whose names cannot be trusted: nothing of
+// it (its task, its model) is kept for the caller to use.
+func refuseNames(a admitted, err error) admitted {
+	a.task, a.model = nil, nil
+	return refuse(a, admitBadName, err)
 }
 
 func refuse(a admitted, v verdict, err error) admitted {

@@ -152,6 +152,26 @@ func TestAdmitRefusals(t *testing.T) {
 		{"unknown model over HTTP", admission{from: fromHTTP, model: "nope", body: []byte(`{}`)}, admitUnknownModel, `unknown model "nope": queue q serves "m", "small"`},
 		{"cancelled", admission{from: fromQueue, records: cancelledRecords{},
 			body: []byte(`{"task_id":"t-cancel","task_name":"m","kwargs":{"inputs":[` + x4 + `]}}`)}, admitCancelled, "cancelled before inference started"},
+		{"newline in task_id", admission{from: fromQueue, body: []byte(`{"task_id":"x\nC v 50","task_name":"m","kwargs":{"inputs":[` + x4 + `]}}`)},
+			admitBadName, `invalid task: task: invalid name: task_id "x\nC v 50" has "\n" at byte 1`},
+		{"space in a query's task_id", admission{from: fromQuery, body: []byte(`{"task_id":"a b","task_name":"m","kwargs":{"inputs":[` + x4 + `]}}`)},
+			admitBadName, `invalid query: task: invalid name: task_id "a b" has " "`},
+		{"query task_id from the tag", admission{from: fromQuery, tags: map[string]string{task.TagTaskID: "a>b"},
+			body: []byte(`{"task_name":"m","kwargs":{"inputs":[` + x4 + `]}}`)}, admitBadName, `task_id "a>b" has ">"`},
+		{"wildcard in an HTTP id", admission{from: fromHTTP, model: "m", body: []byte(`{"id":"r.*","inputs":[` + x4 + `]}`)},
+			admitBadName, `invalid request: task: invalid name: id "r.*" has "*"`},
+		{"task_id over the limit", admission{from: fromQueue, body: []byte(`{"task_id":"` + strings.Repeat("i", 300) + `","task_name":"m"}`)},
+			admitBadName, `is 300 bytes, over the limit of 256`},
+		{"reply_to tag", admission{from: fromQueue, tags: map[string]string{task.TagReplyTo: "replies."},
+			body: []byte(`{"task_id":"t1","task_name":"m","kwargs":{"inputs":[` + x4 + `]}}`)}, admitBadName, `reply_to "replies." ends with '.'`},
+		{"reply_to kwarg", admission{from: fromQueue, body: []byte(`{"task_id":"t1","task_name":"m","kwargs":{"reply_to":"events_store:x;queues:y","inputs":[` + x4 + `]}}`)},
+			admitBadName, `reply_to "events_store:x;queues:y" has ":"`},
+		{"dead letter queue", admission{from: fromQueue, deadLetter: "dlq/x",
+			body: []byte(`{"task_id":"t1","task_name":"m","kwargs":{"inputs":[` + x4 + `]}}`)}, admitBadName, `dead letter queue (MaxReceiveQueue) "dlq/x" has "/"`},
+		{"bad task_id of a body too large", admission{from: fromQueue, tags: map[string]string{task.TagTaskID: "t 1"},
+			body: []byte(`{"task_id":"t 1","task_name":"small","args":[` + strings.Repeat("1,", 200) + `1]}`)}, admitBadName, `task_id "t 1"`},
+		{"unknown model named by a huge task_name", admission{from: fromQueue, body: []byte(`{"task_id":"t1","task_name":"` + strings.Repeat("n", 5000) + `"}`)},
+			admitUnknownModel, `...(5000 bytes)": queue q serves "m", "small"`},
 		{"too large to name its model", admission{from: fromQueue, tags: map[string]string{task.TagTaskID: "t1"},
 			body: []byte(`{"task_id":"t1","task_name":"small","args":[` + strings.Repeat("1,", 200) + `1]}`)}, admitTooLarge,
 			`bytes is over the limit of 200 bytes (limits.max_body_bytes)`},
@@ -168,8 +188,14 @@ func TestAdmitRefusals(t *testing.T) {
 			if a.verdict != tc.verdict || a.err == nil || !strings.Contains(a.err.Error(), tc.want) {
 				t.Fatalf("verdict %d, error %v; want %d with %q", a.verdict, a.err, tc.verdict, tc.want)
 			}
-			if tc.in.from != fromHTTP && (a.verdict == admitUndecodable) != (a.task == nil) {
+			if tc.in.from != fromHTTP && (a.verdict == admitUndecodable || a.verdict == admitBadName) != (a.task == nil) {
 				t.Errorf("task %v with verdict %d", a.task, a.verdict)
+			}
+			if a.verdict == admitBadName && (a.task != nil || a.model != nil || !errors.Is(a.err, task.ErrBadName) || len(a.err.Error()) > 300) {
+				t.Errorf("refused names, kept task %v, model %v, error %v", a.task, a.model, a.err)
+			}
+			if len(a.err.Error()) > 1000 {
+				t.Errorf("error of %d bytes", len(a.err.Error()))
 			}
 			if a.verdict == admitTooLarge && !errors.Is(a.err, task.ErrTooLarge) {
 				t.Errorf("%v does not wrap task.ErrTooLarge", a.err)
@@ -184,6 +210,8 @@ func FuzzAdmit(f *testing.F) {
 	f.Add([]byte(`{"task_id":"t1","task_name":"m","kwargs":{"inputs":[`+x4+`]}}`), uint8(0))
 	f.Add([]byte(`{"id":"r","inputs":[`+x4+`],"outputs":[{"name":"y","parameters":{"binary_data":true}}]}`), uint8(2))
 	f.Add([]byte(`{"task_name":"m","args":[[1,2,3,4]]}`), uint8(1))
+	f.Add([]byte(`{"task_id":"a\nb","task_name":"m","kwargs":{"reply_to":"r.*","inputs":[`+x4+`]}}`), uint8(0))
+	f.Add([]byte(`{"id":"a b","inputs":[`+x4+`]}`), uint8(2))
 	mt := admitTable(f)
 	f.Fuzz(func(t *testing.T, body []byte, from uint8) {
 		in := admission{from: source(from % 3), body: body, model: "m", received: time.Now(), records: cancelledRecords{}}
@@ -193,6 +221,13 @@ func FuzzAdmit(f *testing.F) {
 		}
 		if a.verdict == admitRun && (a.err != nil || len(a.inputs) != 1 || a.model == nil || a.task == nil) {
 			t.Fatalf("runnable %+v", a)
+		}
+		if a.task != nil && a.verdict != admitUndecodable {
+			for _, name := range []string{a.task.ID, a.task.ReplyTo} {
+				if name != "" && task.CheckName("name", name) != nil {
+					t.Fatalf("verdict %d for a task named %q", a.verdict, name)
+				}
+			}
 		}
 	})
 }

@@ -108,7 +108,7 @@ func decide(f facts) settlement {
 	o := settlement{status: task.StatusFailure, attempts: f.attempt}
 	switch f.verdict {
 	case admitRun:
-	case admitUndecodable:
+	case admitUndecodable, admitBadName:
 		o.action, o.status, o.err, o.label = actUnprocessable, "", f.why, OutcomeUnprocessable
 		return o
 	case admitUnknownModel:
