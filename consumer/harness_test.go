@@ -125,6 +125,7 @@ type harnessConfig struct {
 	grace      time.Duration
 	realAddr   string                 // run against this real KubeMQ instead of the embedded broker
 	configure  func(*consumer.Config) // adjusts the consumer's config last
+	server     func(*consumer.Server) // adjusts the consumer before it runs
 	idleModel  bool                   // also serve model "idle" on queue <q>.idle, which gets no task
 }
 
@@ -246,6 +247,9 @@ func (h *harness) start() {
 	h.cons, err = consumer.New(ccfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if h.cfg.server != nil {
+		h.cfg.server(h.cons)
 	}
 	h.cancel = cancel
 	h.done = make(chan error, 1)

@@ -167,7 +167,7 @@ type Server struct {
 	cfg     Config
 	log     *slog.Logger
 	met     *Metrics
-	sender  *mq.Sender
+	sender  resender
 	journal *Journal
 	pub     *publisher
 	alert   *alerter

@@ -225,7 +225,11 @@ func (s *Server) settle(ctx context.Context, j *job) {
 	if m != nil && o.action != actUnprocessable {
 		name = m.Config.Name
 	}
-	if o.status != "" {
+	switch {
+	case o.status == "":
+	case s.hasTerminal(j, o):
+		s.log.Info("task already has its terminal record; not storing another failure", "task_id", t.ID, "msg", j.msg)
+	default:
 		rec := s.record(j, o)
 		if err := s.put(ctx, j, rec); err != nil {
 			s.log.Error("store failed; nacking so the task is not lost", "task_id", t.ID, "status", rec.Status, "err", err)
@@ -267,7 +271,13 @@ func (s *Server) settle(ctx context.Context, j *job) {
 }
 
 // retry resends the message after o.delay with the next attempt number, or
-// NAcks it for an immediate redelivery.
+// NAcks it for an immediate redelivery. A resend that fails is tried again
+// with backoff (sendTries); then the message is NAcked, which retries it at
+// once and counts the attempt (its ReceiveCount grows), so the attempts stay
+// bounded. A task too large to resend (over the broker connection's
+// MaxMessageBytes; not possible by reference, a retry needs the whole task)
+// is retried that way at once: a NAck keeps the task whole and its attempt
+// count, losing only the delay.
 func (s *Server) retry(ctx context.Context, j *job, o settlement) {
 	t, limit := j.adm.task, maxAttempts(j.adm.model, j.msg)
 	s.met.Retries.Inc()
@@ -279,14 +289,26 @@ func (s *Server) retry(ctx context.Context, j *job, o settlement) {
 		return
 	}
 	s.log.Info("retrying task", "task_id", t.ID, "model", j.adm.model.Config.Name, "attempt", j.attempt, "of", limit, "delay", o.delay, "err", o.err)
-	if err := s.sender.Retry(ctx, j.msg, o.delay, j.attempt+1); err != nil {
+	err := s.send(ctx, j, "delayed resend", func(ctx context.Context) error {
+		return s.sender.Retry(ctx, j.msg, o.delay, j.attempt+1)
+	})
+	switch {
+	case err == nil:
+	case j.msg.Settled():
+		s.log.Warn("ack failed after the delayed resend; the task may run once more", "task_id", t.ID, "err", err)
+	case errors.Is(err, mq.ErrTooLarge):
+		s.log.Warn("task too large to resend with a delay; retrying it at once by nack", "task_id", t.ID, "err", err)
+		_ = j.msg.NAck()
+	default:
 		s.log.Warn("delayed resend failed; nacking instead", "task_id", t.ID, "err", err)
 		_ = j.msg.NAck()
 	}
 }
 
 // deadLetter moves the message to the producer's failed-task queue (or the
-// model's DLQ) and fires the alert.
+// model's DLQ) and fires the alert. A message too large to send again goes
+// by reference (mq.Sender.Forward); one that cannot be forwarded at all is
+// ended by unsent.
 func (s *Server) deadLetter(ctx context.Context, j *job, o settlement) {
 	t, name := j.adm.task, j.adm.model.Config.Name
 	dest := j.msg.MaxReceiveQueue
@@ -294,18 +316,22 @@ func (s *Server) deadLetter(ctx context.Context, j *job, o settlement) {
 		dest = j.adm.model.Config.DLQQueue
 	}
 	s.log.Warn("task failed for good; moving it to the dead letter queue", "task_id", t.ID, "model", name, "attempts", o.attempts, "dlq", dest, "err", o.err)
-	if err := s.sender.DeadLetter(ctx, j.msg, dest, errString(o.err), o.attempts); err != nil {
-		s.log.Error("move to the dead letter queue failed; nacking", "task_id", t.ID, "err", err)
-		_ = j.msg.NAck()
-		return
+	err := s.send(ctx, j, "move to the dead letter queue", func(ctx context.Context) error {
+		return s.sender.DeadLetter(ctx, j.msg, dest, errString(o.err), o.attempts)
+	})
+	if err != nil {
+		if dest = s.unsent(j, "move to the dead letter queue", dest, j.adm.model.Config.DLQQueue, err); dest == "" {
+			return
+		}
 	}
 	s.met.DLQ.Inc()
 	s.alert.fire(Alert{TaskID: t.ID, Model: name, Queue: j.q.name, DLQ: dest, Error: errString(o.err),
 		Attempts: o.attempts, Time: task.FormatTime(s.cfg.Now())})
 }
 
-// forward sends the message raw to its queue's unprocessable queue, then
-// acks it; a failed forward NAcks it so nothing is lost.
+// forward sends the message raw (by reference when too large) to its
+// queue's unprocessable queue, then acks it; one that cannot be forwarded
+// is ended by unsent.
 func (s *Server) forward(ctx context.Context, j *job, o settlement) {
 	dest := j.q.table.first.Config.UnprocessableQueue
 	s.met.Unprocessable.Inc()
@@ -313,10 +339,122 @@ func (s *Server) forward(ctx context.Context, j *job, o settlement) {
 		s.met.Tasks.WithLabelValues("", OutcomeUnprocessable).Inc()
 	}
 	s.log.Warn("unprocessable message", "queue", j.q.name, "msg", j.msg, "to", dest, "err", o.err)
-	if err := s.sender.Forward(ctx, j.msg, dest, map[string]string{mq.TagError: errString(o.err), mq.TagOrigin: j.q.name}); err != nil {
-		s.log.Error("forward to unprocessable queue failed; nacking", "msg", j.msg, "err", err)
-		_ = j.msg.NAck()
+	err := s.send(ctx, j, "forward to the unprocessable queue", func(ctx context.Context) error {
+		return s.sender.Forward(ctx, j.msg, dest, map[string]string{mq.TagError: errString(o.err), mq.TagOrigin: j.q.name})
+	})
+	if err != nil {
+		s.unsent(j, "forward to the unprocessable queue", dest, dest, err)
 	}
+}
+
+// Bounds of the sends that settle a message (a delayed resend, a dead
+// letter or unprocessable forward), so that one that fails never turns
+// into an immediate NAck loop.
+const (
+	// sendTries is how often one settlement tries a send that fails for a
+	// temporary reason, sendBackoff the first wait between tries (then
+	// doubling, jittered): 3 tries over about a second.
+	sendTries   = 3
+	sendBackoff = 300 * time.Millisecond
+	// forwardReceives bounds the deliveries of a message whose forward keeps
+	// failing: from this ReceiveCount on it is not NAcked again but moved
+	// whole by the broker (see unsent).
+	forwardReceives = 5
+)
+
+// resender is what settling needs of the broker connection's sender;
+// *mq.Sender satisfies it.
+type resender interface {
+	Retry(ctx context.Context, m *mq.Message, delay time.Duration, attempt int) error
+	Forward(ctx context.Context, m *mq.Message, channel string, extra map[string]string) error
+	DeadLetter(ctx context.Context, m *mq.Message, dlq, reason string, attempts int) error
+}
+
+// send runs op, a send that settles j's message, up to sendTries times
+// while it fails for a temporary reason, with backoff between tries, and
+// returns its last error. It stops at once on a permanent error (see
+// retryable), once the message is settled (the send worked and only its
+// Ack failed: sending again would store the message twice), and when ctx
+// ends.
+func (s *Server) send(ctx context.Context, j *job, what string, op func(context.Context) error) error {
+	var last error
+	b := &backoff.ExponentialBackOff{InitialInterval: sendBackoff, RandomizationFactor: 0.2, Multiplier: 2, MaxInterval: 4 * sendBackoff}
+	_, _ = backoff.Retry(ctx, func() (struct{}, error) {
+		last = op(ctx)
+		if last != nil && (j.msg.Settled() || !retryable(last)) {
+			return struct{}{}, backoff.Permanent(last)
+		}
+		return struct{}{}, last
+	},
+		backoff.WithBackOff(b),
+		backoff.WithMaxTries(sendTries),
+		backoff.WithMaxElapsedTime(0),
+		backoff.WithNotify(func(err error, d time.Duration) {
+			s.log.Debug("send failed; trying again", "what", what, "msg", j.msg, "in", d, "err", err)
+		}))
+	return last
+}
+
+// retryable reports whether a failed send may work when tried again
+// within the settlement: the broker is away or slow.
+func retryable(err error) bool {
+	return errors.Is(err, mq.ErrUnavailable) || errors.Is(err, mq.ErrTimeout) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// permanent reports whether a failed send can never work: neither
+// retryable nor a stop (mq.ErrClosed, context.Canceled: the process is
+// shutting down, the message comes back to the next one). mq.ErrTooLarge
+// and a channel the broker refuses are.
+func permanent(err error) bool {
+	return !retryable(err) && !errors.Is(err, mq.ErrClosed) && !errors.Is(err, context.Canceled)
+}
+
+// unsent ends j's message after its forward (what) to dest failed in this
+// settlement with err, so that it is neither lost nor cycles for ever, and
+// returns where the message went ("" when it comes back). A temporary
+// failure NAcks it: it comes back (each pass spent the tries' backoff
+// first, so that is no hot loop) until its ReceiveCount reaches
+// forwardReceives. A permanent failure (never tried again), or one at that
+// bound, asks the broker to move the message whole to fallback (a
+// configured queue): ReQueue sends no copy, so no size limit applies, but
+// the copy carries no reason tags (the log, and a task's FAILURE record,
+// do).
+func (s *Server) unsent(j *job, what, dest, fallback string, err error) (to string) {
+	switch {
+	case j.msg.Settled():
+		// The copy was stored; only the Ack failed: the message may come
+		// back and go once more.
+		s.log.Warn("ack failed after the forward", "what", what, "msg", j.msg, "err", err)
+		return dest
+	case !permanent(err) && j.msg.ReceiveCount < forwardReceives:
+		s.log.Error("forward failed; nacking", "what", what, "msg", j.msg, "err", err)
+		_ = j.msg.NAck()
+		return ""
+	}
+	s.log.Error("forward failed; the broker moves the message whole, without tags", "what", what, "msg", j.msg, "to", fallback,
+		"permanent", permanent(err), "err", err)
+	if rerr := j.msg.ReQueue(fallback); rerr != nil {
+		s.log.Error("requeue failed; the message comes back", "msg", j.msg, "to", fallback, "err", rerr)
+		return ""
+	}
+	return fallback
+}
+
+// hasTerminal reports whether the FAILURE record a redelivered job would
+// store is one too many: its task has a terminal record already (one
+// FAILURE per task, not one per pass: a pass whose forward failed stored
+// its record before). A first delivery always stores: a producer may reuse
+// an id.
+func (s *Server) hasTerminal(j *job, o settlement) bool {
+	if o.status != task.StatusFailure || j.adm.task == nil || (j.msg.ReceiveCount <= 1 && j.crashes == 0) {
+		return false
+	}
+	body, ok := s.cfg.Store.Get(j.adm.task.ID)
+	if !ok {
+		return false
+	}
+	r, err := task.ParseRecord(body)
+	return err == nil && r.Status.Terminal()
 }
 
 // record builds the result record of a job.

@@ -43,8 +43,20 @@ const (
 
 	// maxNameLen bounds model and channel names.
 	maxNameLen = 200
-	// maxMessageBytes is the broker's gRPC message limit (KUBEMQ.md trap 10).
+	// maxMessageBytes is the broker's gRPC message limit (KUBEMQ.md trap 10,
+	// mq.GRPCMessageBytes).
 	maxMessageBytes = 100 << 20
+	// messageSlack is what a message may carry besides a body (metadata,
+	// tags) and what a gRPC message holds besides its messages (framing).
+	messageSlack = 1 << 20
+	// maxPayloadBytes is the most limits.max_body_bytes and
+	// result.max_result_bytes may be: a body that size, its metadata and
+	// tags still fit in one gRPC message (mq.MaxSendBytes is
+	// maxMessageBytes less one messageSlack, and a message needs one more).
+	maxPayloadBytes = maxMessageBytes - 2*messageSlack
+	// minSendBytes is the least the broker connection's send limit is:
+	// the mq package's own default.
+	minSendBytes = 16 << 20
 )
 
 // Config is the whole configuration file.
@@ -254,6 +266,9 @@ type Result struct {
 
 // Limits bound the size of one task.
 type Limits struct {
+	// MaxBodyBytes bounds a task's body (default 64 MiB, at most 98 MiB).
+	// The broker connection's send limit follows the largest of them (see
+	// Config.MaxMessageBytes), so a task taken can always be resent.
 	MaxBodyBytes      int   `yaml:"max_body_bytes"`
 	MaxTensorElements int64 `yaml:"max_tensor_elements"`
 }
@@ -361,6 +376,21 @@ func Load(path string) (*Config, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return c, nil
+}
+
+// MaxMessageBytes is the send limit of the broker connection that serves
+// c's models (mq.Config.MaxMessageBytes): the largest body a model accepts
+// (limits.max_body_bytes) or result record it sends (result.max_result_bytes),
+// plus 1 MiB for metadata and tags, and at least 16 MiB. So whatever a model
+// accepts can be resent whole (a delayed retry, a dead letter copy); what is
+// over every limit is forwarded by reference. Validate keeps it within the
+// broker's gRPC message limit.
+func (c *Config) MaxMessageBytes() int {
+	n := 0
+	for _, m := range c.Models {
+		n = max(n, m.Limits.MaxBodyBytes, m.Result.MaxResultBytes)
+	}
+	return min(max(n+messageSlack, minSendBytes), maxMessageBytes-messageSlack)
 }
 
 // Model returns the model called name, or nil.

@@ -144,6 +144,10 @@ func TestValidateErrors(t *testing.T) {
 		{"bare number duration", "models: [{name: a, path: a.onnx, timeout: 5}]", []string{`"5" is not a duration`}},
 		{"zero expiry", "models: [{name: a, path: a.onnx, result: {expiry: 0}}]", []string{`model "a": result.expiry: must be positive`}},
 		{"body too big", "models: [{name: a, path: a.onnx, limits: {max_body_bytes: 200000000}}]", []string{`limits.max_body_bytes: must be within`}},
+		// A body of the broker's whole gRPC limit could never be received
+		// or sent again with its metadata and tags.
+		{"body at the gRPC limit", "models: [{name: a, path: a.onnx, limits: {max_body_bytes: 104857600}}]", []string{`model "a": limits.max_body_bytes: must be within 1..102760448 (the broker's 100 MiB gRPC message limit`}},
+		{"result at the gRPC limit", "models: [{name: a, path: a.onnx, result: {max_result_bytes: 104857600}}]", []string{`model "a": result.max_result_bytes: must be within 1..102760448`}},
 		{"unknown top field", "modles: []", []string{"field modles not found"}},
 		{"unknown model field", "models: [{name: a, path: a.onnx, batch_size: 3}]", []string{"field batch_size not found"}},
 		{"unknown nested field", "models: [{name: a, path: a.onnx, batching: {max_batch: 3}}]", []string{"field max_batch not found"}},

@@ -64,6 +64,9 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// payloadWhy explains maxPayloadBytes in errors.
+const payloadWhy = "the broker's 100 MiB gRPC message limit less 2 MiB for metadata, tags and framing"
+
 func (m *Model) validate(bad func(field, format string, args ...any)) {
 	switch {
 	case m.Name == "":
@@ -150,8 +153,8 @@ func (m *Model) validate(bad func(field, format string, args ...any)) {
 	if m.Result.Expiry <= 0 {
 		bad("result.expiry", "must be positive, got %s", m.Result.Expiry)
 	}
-	if m.Result.MaxResultBytes < 1 || m.Result.MaxResultBytes > maxMessageBytes {
-		bad("result.max_result_bytes", "must be within 1..%d, got %d", maxMessageBytes, m.Result.MaxResultBytes)
+	if m.Result.MaxResultBytes < 1 || m.Result.MaxResultBytes > maxPayloadBytes {
+		bad("result.max_result_bytes", "must be within 1..%d (%s), got %d", maxPayloadBytes, payloadWhy, m.Result.MaxResultBytes)
 	}
 	if m.Timeout < 0 {
 		bad("timeout", "must not be negative, got %s", m.Timeout)
@@ -159,8 +162,8 @@ func (m *Model) validate(bad func(field, format string, args ...any)) {
 	if m.IntraOpThreads < 0 {
 		bad("intra_op_threads", "must not be negative (0 means automatic), got %d", m.IntraOpThreads)
 	}
-	if m.Limits.MaxBodyBytes < 1 || m.Limits.MaxBodyBytes > maxMessageBytes {
-		bad("limits.max_body_bytes", "must be within 1..%d (the broker's message limit), got %d", maxMessageBytes, m.Limits.MaxBodyBytes)
+	if m.Limits.MaxBodyBytes < 1 || m.Limits.MaxBodyBytes > maxPayloadBytes {
+		bad("limits.max_body_bytes", "must be within 1..%d (%s), got %d", maxPayloadBytes, payloadWhy, m.Limits.MaxBodyBytes)
 	}
 	if m.Limits.MaxTensorElements < 1 {
 		bad("limits.max_tensor_elements", "must be at least 1, got %d", m.Limits.MaxTensorElements)

@@ -131,12 +131,17 @@ type Config struct {
 	// SendBatchMax is the most messages the Sender puts in one stream send.
 	// Default 256.
 	SendBatchMax int
-	// SendBatchBytes caps the bodies and metadata of one stream send, so
-	// that coalescing never builds a batch over the gRPC limit. Default 32 MiB.
+	// SendBatchBytes caps the bodies, metadata and tags of one stream
+	// send, so that coalescing never builds a batch over the gRPC limit.
+	// Default 32 MiB, raised to MaxMessageBytes when that is larger; at
+	// most MaxSendBytes.
 	SendBatchBytes int
-	// MaxMessageBytes is the largest body+metadata Send accepts; bigger
-	// messages fail locally with ErrTooLarge instead of tearing the upstream
-	// stream down for 1-2 s (trap 10). Default 16 MiB.
+	// MaxMessageBytes is the largest message (body, metadata and tags)
+	// Send accepts; bigger messages fail locally with ErrTooLarge instead
+	// of tearing the upstream stream down for 1-2 s (trap 10), and
+	// Forward sends them by reference. Default 16 MiB; at most
+	// MaxSendBytes. A consumer sets it to what it accepts, so that it can
+	// resend any task it took.
 	MaxMessageBytes int
 	// SendTimeout bounds one stream send to the broker. Default 10 s.
 	SendTimeout time.Duration
@@ -175,7 +180,20 @@ type Config struct {
 	LogRepeatEvery time.Duration
 }
 
-// Validate checks cfg and fills in the defaults.
+// The broker's gRPC limits (KUBEMQ.md trap 10).
+const (
+	// GRPCMessageBytes is the largest gRPC message KubeMQ takes or sends
+	// (and the embedded broker, and a Conn): one whole stream send or poll
+	// answer, framing included.
+	GRPCMessageBytes = 100 << 20
+	// MaxSendBytes is the most Config.MaxMessageBytes and SendBatchBytes
+	// may be: GRPCMessageBytes less 1 MiB for what they do not count
+	// (channels, ids, policies, protobuf framing).
+	MaxSendBytes = GRPCMessageBytes - 1<<20
+)
+
+// Validate checks cfg and fills in the defaults. Its errors name the field
+// at fault.
 func (c *Config) Validate() error {
 	if _, _, err := splitAddr(c.Address); err != nil {
 		return err
@@ -205,6 +223,15 @@ func (c *Config) Validate() error {
 	setDefault(&c.LogRepeatEvery, time.Minute)
 	if c.RetryMax < c.RetryMin {
 		c.RetryMax = c.RetryMin
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"MaxMessageBytes", c.MaxMessageBytes}, {"SendBatchBytes", c.SendBatchBytes}} {
+		if f.v > MaxSendBytes {
+			return fmt.Errorf("mq: config: %s %d is over %d: the broker's %d-byte gRPC message limit less 1 MiB for framing (KUBEMQ.md trap 10)",
+				f.name, f.v, MaxSendBytes, GRPCMessageBytes)
+		}
 	}
 	if c.MaxMessageBytes > c.SendBatchBytes {
 		c.SendBatchBytes = c.MaxMessageBytes
@@ -285,7 +312,7 @@ func Dial(ctx context.Context, cfg Config) (*Conn, error) {
 	}
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(100<<20), grpc.MaxCallSendMsgSize(100<<20)),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(GRPCMessageBytes), grpc.MaxCallSendMsgSize(GRPCMessageBytes)),
 		// Reconnect quickly after a broker restart (trap 9); gRPC's default
 		// backoff grows to two minutes.
 		grpc.WithConnectParams(grpc.ConnectParams{

@@ -292,7 +292,15 @@ type OutMessage struct {
 	MaxReceiveQueue string
 }
 
-func (o *OutMessage) size() int { return len(o.Body) + len(o.Metadata) }
+// size is what o weighs against Config.MaxMessageBytes and SendBatchBytes:
+// body, metadata and tags (keys and values), the parts a producer chooses.
+func (o *OutMessage) size() int {
+	n := len(o.Body) + len(o.Metadata)
+	for k, v := range o.Tags {
+		n += len(k) + len(v)
+	}
+	return n
+}
 
 func (o *OutMessage) toQS() *qs.QueueMessage {
 	m := qs.NewQueueMessage().

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	qs "github.com/kubemq-io/kubemq-go/queues_stream"
 )
@@ -20,7 +23,19 @@ const (
 	TagError    = "error"
 	TagAttempts = "attempts"
 	TagOrigin   = "origin"
+	// TagTruncated marks a copy that Forward (or DeadLetter) sent by
+	// reference because the message was over Config.MaxMessageBytes: it
+	// lists what was cut to its first RefBytes ("body", "metadata",
+	// "tags", comma separated). TagOriginalBytes is the original body's
+	// length, TagOriginalMetadataBytes the original metadata's.
+	TagTruncated             = "inferq-truncated"
+	TagOriginalBytes         = "inferq-original-bytes"
+	TagOriginalMetadataBytes = "inferq-original-metadata-bytes"
 )
+
+// RefBytes is how much of a message's body, metadata and of each tag a
+// copy by reference keeps.
+const RefBytes = 1024
 
 // Sender sends queue messages through one queues_stream client. Concurrent
 // Send calls are coalesced: one goroutine takes whatever calls are queued
@@ -75,7 +90,7 @@ func (s *Sender) Send(ctx context.Context, msgs ...OutMessage) error {
 		case m.Channel == "":
 			return fmt.Errorf("mq: send: message %d: empty channel", i)
 		case m.size() > s.c.cfg.MaxMessageBytes:
-			return fmt.Errorf("mq: send to %s: %d bytes over the %d limit: %w", m.Channel, m.size(), s.c.cfg.MaxMessageBytes, ErrTooLarge)
+			return fmt.Errorf("mq: send to %s: %d bytes over the %d limit (body, metadata and tags): %w", m.Channel, m.size(), s.c.cfg.MaxMessageBytes, ErrTooLarge)
 		case m.DelaySeconds < 0 || m.ExpirationSeconds < 0 || m.MaxReceiveCount < 0:
 			return fmt.Errorf("mq: send to %s: negative policy value", m.Channel)
 		}
@@ -307,7 +322,9 @@ func resultsLen(r *qs.SendResult) int {
 // TagAttempt = attempt, and only when that is stored Acks m. If the send
 // fails m is left unsettled (the caller NAcks it or lets it come back); if
 // the Ack fails after the send, the task exists twice, which at-least-once
-// delivery allows. Safe for concurrent use.
+// delivery allows. A message over Config.MaxMessageBytes cannot be resent
+// (a retry needs the whole task): that fails at once with ErrTooLarge.
+// Safe for concurrent use.
 func (s *Sender) Retry(ctx context.Context, m *Message, delay time.Duration, attempt int) error {
 	out := m.Out(m.Channel, map[string]string{TagAttempt: strconv.Itoa(attempt)})
 	out.DelaySeconds = int((delay + time.Second - 1) / time.Second)
@@ -319,22 +336,108 @@ func (s *Sender) Retry(ctx context.Context, m *Message, delay time.Duration, att
 
 // Forward sends m raw (body, metadata, tags plus extra, no receive policy)
 // to channel and then Acks m, with the ordering and failure rules of Retry.
-// It is the unprocessable-queue path.
+// It is the unprocessable-queue and dead-letter path, so it works for any
+// message that could be received: one over Config.MaxMessageBytes (body,
+// metadata and tags together), or one the broker refuses for its size, is
+// sent by reference instead: the first RefBytes of its body and metadata,
+// its tags and extra with each value cut to RefBytes, TagTruncated,
+// TagOriginalBytes and TagOriginalMetadataBytes. Safe for concurrent use.
 func (s *Sender) Forward(ctx context.Context, m *Message, channel string, extra map[string]string) error {
 	out := m.Out(channel, extra)
 	out.MaxReceiveCount, out.MaxReceiveQueue = 0, ""
-	if err := s.Send(ctx, out); err != nil {
+	byRef := out.size() > s.c.cfg.MaxMessageBytes
+	if byRef {
+		out = reference(m, channel, extra, s.c.cfg.MaxMessageBytes)
+	}
+	err := s.Send(ctx, out)
+	if err != nil && !byRef && errors.Is(err, ErrTooLarge) {
+		// The broker's limit is below ours.
+		err = s.Send(ctx, reference(m, channel, extra, s.c.cfg.MaxMessageBytes))
+	}
+	if err != nil {
 		return fmt.Errorf("mq: forward %s to %s: %w", m.ID, channel, err)
 	}
 	return m.Ack()
 }
 
 // DeadLetter forwards m to dlq with the tags TagError (reason), TagAttempts
-// and TagOrigin (m's channel), then Acks m, like Forward.
+// and TagOrigin (m's channel), then Acks m, like Forward (by reference when
+// m is too large to send again).
 func (s *Sender) DeadLetter(ctx context.Context, m *Message, dlq, reason string, attempts int) error {
 	return s.Forward(ctx, m, dlq, map[string]string{
 		TagError:    reason,
 		TagAttempts: strconv.Itoa(attempts),
 		TagOrigin:   m.Channel,
 	})
+}
+
+// reference is the copy of m that Forward sends when m itself is too large:
+// the first RefBytes of body and metadata, m's tags and extra with keys
+// longer than RefBytes dropped and values cut to RefBytes, and the tags
+// that say so. When even that is over limit (thousands of tags), only
+// extra's tags and the reference's own are kept.
+func reference(m *Message, channel string, extra map[string]string, limit int) OutMessage {
+	var cut []string
+	body := m.Body
+	if len(body) > RefBytes {
+		body, cut = body[:RefBytes], append(cut, "body")
+	}
+	meta := m.Metadata
+	if len(meta) > RefBytes {
+		meta, cut = cutUTF8(meta, RefBytes), append(cut, "metadata")
+	}
+	own := func() map[string]string {
+		return map[string]string{
+			TagOriginalBytes:         strconv.Itoa(len(m.Body)),
+			TagOriginalMetadataBytes: strconv.Itoa(len(m.Metadata)),
+		}
+	}
+	tags, tagsCut := cutTags(m.Tags, extra)
+	maps.Copy(tags, own())
+	out := OutMessage{Channel: channel, Body: body, Metadata: meta, Tags: tags}
+	if out.size()+len(TagTruncated)+len("body,metadata,tags") > limit {
+		tags, _ = cutTags(nil, extra)
+		maps.Copy(tags, own())
+		out.Tags, tagsCut = tags, true
+	}
+	if tagsCut {
+		cut = append(cut, "tags")
+	}
+	if len(cut) == 0 {
+		// Not cut at all (the broker refused it whole): say so anyway.
+		cut = append(cut, "none")
+	}
+	out.Tags[TagTruncated] = strings.Join(cut, ",")
+	return out
+}
+
+// cutTags merges tags and extra (extra wins), dropping keys longer than
+// RefBytes and cutting values to RefBytes; cut reports whether anything was.
+func cutTags(tags, extra map[string]string) (out map[string]string, cut bool) {
+	out = make(map[string]string, len(tags)+len(extra)+3)
+	for _, src := range []map[string]string{tags, extra} {
+		for k, v := range src {
+			if len(k) > RefBytes {
+				cut = true
+				continue
+			}
+			if len(v) > RefBytes {
+				v, cut = cutUTF8(v, RefBytes), true
+			}
+			out[k] = v
+		}
+	}
+	return out, cut
+}
+
+// cutUTF8 returns the longest prefix of s of at most n bytes that does not
+// end inside a UTF-8 sequence (protobuf strings must stay valid).
+func cutUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }

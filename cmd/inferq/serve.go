@@ -183,8 +183,11 @@ func (f serveFlags) workerConfig(c *models.Config, loaded worker.Loaded, reg *pr
 	if intake <= 0 {
 		intake = goruntime.NumCPU()
 	}
+	conn := brokerConn(c.Broker)
+	// The consumer can resend whole whatever its models accept.
+	conn.MaxMessageBytes = c.MaxMessageBytes()
 	return worker.Config{
-		Broker: brokerConn(c.Broker),
+		Broker: conn,
 		Models: loaded.ConsumerModels(), Batchers: loaded.Batchers(), DataDir: c.DataDir,
 		Consumer: consumer.Config{Metrics: met, Worker: host, AlertWebhook: f.alertWebhook,
 			IntakeWorkers: intake, Writers: f.resultWriters, PollMaxItems: f.pollMaxItems, DrainTimeout: f.shutdownGrace,

@@ -1,0 +1,16 @@
+package consumer
+
+// Seams for the package's external tests.
+
+// Resender is settling's view of the broker connection's sender.
+type Resender = resender
+
+// WrapSender replaces s's sender with wrap(its sender); call it before Run.
+func WrapSender(s *Server, wrap func(Resender) Resender) { s.sender = wrap(s.sender) }
+
+// The bounds of settling's sends.
+const (
+	SendTries       = sendTries
+	SendBackoff     = sendBackoff
+	ForwardReceives = forwardReceives
+)
