@@ -231,12 +231,12 @@ func (s *spool) checkFull() {
 	was := s.full.Swap(full)
 	switch {
 	case full:
-		s.warn.Warn("result spool full: no new tasks are taken until the broker takes spooled records",
+		s.warn.Warn("result spool full: take no new work until the broker takes spooled records",
 			"pending", s.lists[statePending].Len(), "undeliverable", s.lists[stateUndeliverable].Len(),
 			"memory_only", s.pinnedN, "memory_only_bytes", s.pinnedB, "max_entries", s.maxEntries, "max_memory_bytes", s.maxMem,
 			"disk_bytes", s.diskBytes, "max_disk_bytes", s.maxDisk, "disk_refused", s.diskRefused)
 	case was:
-		s.log.Info("result spool has room again; taking tasks", "pending", s.lists[statePending].Len(), "memory_only", s.pinnedN)
+		s.warn.Info("result spool has room again", "pending", s.lists[statePending].Len(), "memory_only", s.pinnedN)
 	}
 }
 
