@@ -329,3 +329,40 @@ func TestImageConfigNamesTheToken(t *testing.T) {
 		t.Errorf("%s listens on %s without a token and does not say to set INFERQ_HTTP_AUTH_TOKEN", src, c.HTTP.Listen)
 	}
 }
+
+// The result spool is on disk, in a directory the pod can write although
+// its root file system is read-only: data_dir is the data volume's mount.
+func TestSpoolOnTheDataVolume(t *testing.T) {
+	cm := manifests(t)["ConfigMap"]
+	data, _ := get(t, cm, "data", "inferq.yaml").(string)
+	c, err := models.Parse([]byte(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Results.Spool != models.SpoolDisk {
+		t.Errorf("results.spool = %q, want disk", c.Results.Spool)
+	}
+	pod := get(t, manifests(t)["Deployment"], "spec", "template", "spec")
+	var mounted bool
+	for _, m := range get(t, pod, "containers", 0, "volumeMounts").([]any) {
+		if get(t, m, "mountPath") == c.DataDir && get(t, m, "readOnly") != true {
+			mounted = true
+		}
+	}
+	if !mounted {
+		t.Errorf("data_dir %s is not a writable volume mount of the Deployment", c.DataDir)
+	}
+	for _, p := range []string{"embedded.yaml", "multi-gpu.yaml"} {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := models.Parse(data)
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		if c.Results.Spool != models.SpoolDisk || c.DataDir == "" {
+			t.Errorf("%s: spool %q in %q, want disk in a data_dir", p, c.Results.Spool, c.DataDir)
+		}
+	}
+}

@@ -325,6 +325,59 @@ func testResultStoreFailureSpoolsAndReplays(t *testing.T, on brokerOpt) {
 	waitFor(t, 5*time.Second, "the spool to empty", func() bool { return h.store.Stats().Pending == 0 })
 }
 
+// A full result spool stops intake: readiness turns false, the pollers take
+// no new messages (the one batch in hand waits, unsettled), nothing is
+// dropped; once the replay has made room, everything runs, once.
+func TestFullSpoolPausesIntake(t *testing.T) {
+	fb := &flakyBroker{}
+	fb.down.Store(true)
+	const first, more = 2, 10
+	h := newHarness(t, func(c *harnessConfig) {
+		c.brokerWrap = func(b results.Broker) results.Broker { fb.Broker = b; return fb }
+		c.spoolMax = first
+	})
+	for i := range first {
+		h.send(fmt.Sprintf("t%d", i), 1, float32(i))
+	}
+	waitFor(t, 10*time.Second, "the first tasks spooled", func() bool { return h.store.Stats().Pending == first })
+	if !h.store.Full() || h.cons.Ready() {
+		t.Fatalf("store full %v, consumer ready %v: want a full store and not ready", h.store.Full(), h.cons.Ready())
+	}
+	// The next batch is polled and held at the gate; nothing after it is
+	// polled while the spool stays full.
+	for i := first; i < first+more; i++ {
+		h.send(fmt.Sprintf("t%d", i), 1, float32(i))
+	}
+	waitFor(t, 10*time.Second, "the held batch", func() bool { return h.cons.PollerStats()[h.q].Messages > first })
+	held := h.cons.PollerStats()[h.q].Messages
+	checks := h.fullChecks.Load()
+	waitFor(t, 10*time.Second, "the gate to ask again (or a task to run)", func() bool {
+		return h.fullChecks.Load() >= checks+20 || h.fake.total.Load() > first
+	})
+	if got := h.fake.total.Load(); got != first {
+		t.Errorf("%d tasks ran while the spool was full, want the %d taken before", got, first)
+	}
+	if st := h.cons.PollerStats()[h.q]; st.Messages != held {
+		t.Errorf("the poller took %d messages while the spool was full, want the %d it held", st.Messages, held)
+	}
+	if h.cons.Ready() {
+		t.Error("ready while the spool is full")
+	}
+	fb.down.Store(false)
+	for i := range first + more {
+		if r := h.record(fmt.Sprintf("t%d", i)); r.Status != task.StatusSuccess {
+			t.Errorf("record %+v", r)
+		}
+	}
+	if got := h.fake.total.Load(); got != first+more {
+		t.Errorf("ran %d times for %d tasks", got, first+more)
+	}
+	waitFor(t, 10*time.Second, "ready again", h.cons.Ready)
+	if st := h.store.Stats(); st.Dropped != 0 || st.Pending != 0 {
+		t.Errorf("store %+v, want nothing dropped or pending", st)
+	}
+}
+
 // (h) the broker goes away mid-load and comes back: readiness drops and
 // returns, nothing is lost, no restart.
 func TestBrokerLossMidLoad(t *testing.T) {

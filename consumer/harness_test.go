@@ -114,6 +114,14 @@ type harness struct {
 	records sync.Map // task_id -> *task.Record (the first terminal one)
 	dupes   atomic.Int64
 	cfg     harnessConfig
+	// fullChecks counts the consumer's questions to the store's Full.
+	fullChecks atomic.Int64
+}
+
+// storeFull is the consumer's StoreFull, as the worker wires it, counted.
+func (h *harness) storeFull() bool {
+	h.fullChecks.Add(1)
+	return h.store.Full()
 }
 
 type harnessConfig struct {
@@ -127,6 +135,7 @@ type harnessConfig struct {
 	configure  func(*consumer.Config) // adjusts the consumer's config last
 	server     func(*consumer.Server) // adjusts the consumer before it runs
 	idleModel  bool                   // also serve model "idle" on queue <q>.idle, which gets no task
+	spoolMax   int                    // the store's SpoolEntries (0: its default)
 }
 
 const (
@@ -223,7 +232,8 @@ func (h *harness) start() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	h.store, err = results.New(results.Config{Broker: rb, Logger: log, RetryBackoff: 20 * time.Millisecond,
-		ReplayBackoff: 20 * time.Millisecond, ReplayBackoffMax: 100 * time.Millisecond, DataDir: h.cfg.dataDir})
+		ReplayBackoff: 20 * time.Millisecond, ReplayBackoffMax: 100 * time.Millisecond,
+		DataDir: h.cfg.dataDir, MemoryOnly: h.cfg.dataDir == "", SpoolEntries: h.cfg.spoolMax})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,6 +250,7 @@ func (h *harness) start() {
 		Broker: conn, Store: store, Metrics: h.met, AlertWebhook: h.cfg.webhook, Logger: log,
 		Models:       h.models(),
 		DrainTimeout: h.cfg.grace, Writers: 16, IntakeWorkers: 2,
+		StoreFull: h.storeFull, StoreFullCheck: 10 * time.Millisecond,
 	}
 	if h.cfg.configure != nil {
 		h.cfg.configure(&ccfg)

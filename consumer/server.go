@@ -99,6 +99,15 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 	// DepthEvery is how often inferq_queue_depth is refreshed (default 5 s).
 	DepthEvery time.Duration
+	// StoreFull, when set, reports that the result store can take no more
+	// records without going past its bounds (*results.Store's Full): while
+	// it does, the pollers take no new messages (a batch already polled
+	// waits, unsettled, and goes on once there is room) and Ready is
+	// false. It is called often and must be cheap. nil: never full.
+	StoreFull func() bool
+	// StoreFullCheck is how often a paused poller asks StoreFull again
+	// (default 100 ms).
+	StoreFullCheck time.Duration
 	// Now is the clock (tests).
 	Now func() time.Time
 }
@@ -127,6 +136,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.DepthEvery <= 0 {
 		c.DepthEvery = 5 * time.Second
+	}
+	if c.StoreFullCheck <= 0 {
+		c.StoreFullCheck = 100 * time.Millisecond
 	}
 	if c.Worker == "" {
 		c.Worker = "inferq"
@@ -240,7 +252,7 @@ func New(cfg Config) (*Server, error) {
 		q := q
 		p, err := cfg.Broker.NewPoller(mq.PollerConfig{
 			Channel:      q.name,
-			Deliver:      func(ctx context.Context, batch []*mq.Message) error { return s.deliver(ctx, q, batch) },
+			Deliver:      func(ctx context.Context, batch []*mq.Message) error { return s.deliverWhenRoom(ctx, q, batch) },
 			MaxItems:     s.cfg.PollMaxItems,
 			MaxInFlight:  s.cfg.MaxInFlight,
 			DrainTimeout: s.cfg.DrainTimeout,
@@ -258,14 +270,51 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// Ready reports whether every queue's poller reaches the broker.
+// Ready reports whether every queue's poller reaches the broker and the
+// result store has room (StoreFull).
 func (s *Server) Ready() bool {
 	for _, q := range s.queues {
 		if !q.poller.Up() {
 			return false
 		}
 	}
-	return true
+	return !s.StoreFull()
+}
+
+// StoreFull reports whether the result store is full (Config.StoreFull):
+// the pollers take no new messages until it has room.
+func (s *Server) StoreFull() bool { return s.cfg.StoreFull != nil && s.cfg.StoreFull() }
+
+// deliverWhenRoom is each Poller's Deliver: the batch goes to intake once
+// the result store has room.
+func (s *Server) deliverWhenRoom(ctx context.Context, q *queue, batch []*mq.Message) error {
+	if err := s.waitStoreRoom(ctx, q); err != nil {
+		return err
+	}
+	return s.deliver(ctx, q, batch)
+}
+
+// waitStoreRoom holds a polled batch while the result store is full. The
+// Poller polls no more while Deliver blocks, so this pauses the queue
+// without a hook in the Poller: at most the one batch in hand waits,
+// unsettled. It returns ctx's error when ctx ends first (the Poller then
+// gives the batch back to the queue uncounted).
+func (s *Server) waitStoreRoom(ctx context.Context, q *queue) error {
+	if !s.StoreFull() {
+		return nil
+	}
+	s.log.Debug("result store full; queue paused", "queue", q.name)
+	t := time.NewTicker(s.cfg.StoreFullCheck)
+	defer t.Stop()
+	for s.StoreFull() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	s.log.Debug("result store has room; queue resumed", "queue", q.name)
+	return nil
 }
 
 // PollerStats reports each queue's poller counters, by queue.

@@ -41,6 +41,16 @@ const (
 	// progress, and so the request bodies held in memory.
 	DefaultHTTPMaxConcurrentRequests = 64
 
+	// SpoolDisk and SpoolMemory are results.spool's values; disk is the
+	// default.
+	SpoolDisk   = SpoolMode("disk")
+	SpoolMemory = SpoolMode("memory")
+	// DefaultDataDir is data_dir when results.spool is disk and none is
+	// given: relative to the working directory, like Prometheus' data/
+	// (`make run` keeps its state under data/ too). A process elsewhere
+	// sets data_dir (the image and the Kubernetes manifests do).
+	DefaultDataDir = "data"
+
 	// maxNameLen bounds model and channel names.
 	maxNameLen = 200
 	// maxMessageBytes is the broker's gRPC message limit (KUBEMQ.md trap 10,
@@ -61,10 +71,41 @@ const (
 
 // Config is the whole configuration file.
 type Config struct {
-	Broker  Broker  `yaml:"broker"`
-	HTTP    HTTP    `yaml:"http"`
+	Broker Broker `yaml:"broker"`
+	HTTP   HTTP   `yaml:"http"`
+	// DataDir holds the result spool (results/) and the attempt journal
+	// (journal/); one process holds it at a time. Default DefaultDataDir
+	// with the disk spool; with the memory spool and none given, the
+	// journal is in memory too.
 	DataDir string  `yaml:"data_dir"`
+	Results Results `yaml:"results"`
 	Models  []Model `yaml:"models"`
+}
+
+// Results configures the result store every model shares.
+type Results struct {
+	// Spool is where finished records wait while the broker does not take
+	// them: SpoolDisk (the default: under data_dir, kept across restarts)
+	// or SpoolMemory, an explicit choice: they are lost when the process
+	// ends, and inferq warns at startup.
+	Spool SpoolMode `yaml:"spool"`
+}
+
+// SpoolMode is results.spool: SpoolDisk or SpoolMemory.
+type SpoolMode string
+
+// UnmarshalYAML refuses any other value.
+func (m *SpoolMode) UnmarshalYAML(n *yaml.Node) error {
+	var v string
+	if err := n.Decode(&v); err != nil {
+		return err
+	}
+	switch SpoolMode(v) {
+	case SpoolDisk, SpoolMemory:
+		*m = SpoolMode(v)
+		return nil
+	}
+	return fmt.Errorf("line %d: results.spool is %q; want %s or %s", n.Line, v, SpoolDisk, SpoolMemory)
 }
 
 // Broker is how inferq reaches KubeMQ.
@@ -330,6 +371,12 @@ func (c *Config) SetDefaults() {
 		c.Broker.ClientID = DefaultClientID
 	}
 	c.HTTP.SetDefaults()
+	if c.Results.Spool == "" {
+		c.Results.Spool = SpoolDisk
+	}
+	if c.DataDir == "" && c.Results.Spool == SpoolDisk {
+		c.DataDir = DefaultDataDir
+	}
 	for i := range c.Models {
 		m := &c.Models[i]
 		if m.Device.Kind == "" {

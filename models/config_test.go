@@ -243,3 +243,38 @@ func mustYAMLConfig(t *testing.T, c Config) []byte {
 	}
 	return out
 }
+
+// The result spool is on disk unless the config says memory: data_dir then
+// takes a default; memory keeps what data_dir says (none: the journal is in
+// memory too); anything else is an error.
+func TestResultsSpool(t *testing.T) {
+	const model = "models: [{name: m, path: m.onnx}]\n"
+	for _, tt := range []struct {
+		name, yaml string
+		spool      SpoolMode
+		dir        string
+		err        string
+	}{
+		{name: "default", spool: SpoolDisk, dir: DefaultDataDir},
+		{name: "disk, dir", yaml: "data_dir: /d\nresults: {spool: disk}\n", spool: SpoolDisk, dir: "/d"},
+		{name: "memory", yaml: "results: {spool: memory}\n", spool: SpoolMemory},
+		{name: "memory, dir for the journal", yaml: "data_dir: /d\nresults: {spool: memory}\n", spool: SpoolMemory, dir: "/d"},
+		{name: "unknown", yaml: "results: {spool: tape}\n", err: `results.spool is "tape"`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Parse([]byte(tt.yaml + model))
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("Parse = %v, want an error with %q", err, tt.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Results.Spool != tt.spool || c.DataDir != tt.dir {
+				t.Errorf("spool %q data_dir %q, want %q %q", c.Results.Spool, c.DataDir, tt.spool, tt.dir)
+			}
+		})
+	}
+}

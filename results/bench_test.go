@@ -27,7 +27,7 @@ func BenchmarkPut(b *testing.B) {
 		replyTo string
 	}{{"reply", "replies"}, {"compat", ""}} {
 		b.Run(bc.name, func(b *testing.B) {
-			s := newStore(b, Config{Broker: nopBroker{}, Logger: discard()})
+			s := newStore(b, Config{Broker: nopBroker{}, Logger: discard(), MemoryOnly: true})
 			var n atomic.Int64
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {

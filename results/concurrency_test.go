@@ -22,7 +22,7 @@ func TestConcurrentPut(t *testing.T) {
 		fb.mu.Unlock()
 	}
 	cfg := testConfig(fb)
-	cfg.DataDir = t.TempDir()
+	cfg.DataDir, cfg.MemoryOnly = t.TempDir(), false
 	cfg.RemoveConcurrency = 8
 	s := newStore(t, cfg)
 	runStore(t, s)

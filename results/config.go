@@ -18,8 +18,20 @@ type Config struct {
 	// disk spool full) is logged; the record counts the ones dropped in
 	// between ("repeated"). Default 1 min.
 	LogRepeatEvery time.Duration
-	// DataDir holds the disk spool; empty keeps the spool in memory only.
+	// DataDir holds the disk spool. Required unless MemoryOnly.
 	DataDir string
+	// MemoryOnly keeps the spool in memory only, an explicit choice (New
+	// logs a warning): records the broker has not taken when the process
+	// ends are lost, and the memory bounds alone make the spool full.
+	// Exclusive with DataDir.
+	MemoryOnly bool
+	// BrokerAway reports whether a temporary write error means the broker
+	// itself is away (unreachable, connection lost, no answer in time):
+	// the replay pass then stops and waits ReplayBackoff. Any other
+	// temporary error is the record's own (its channel failing): the pass
+	// moves on and that task alone waits. nil counts every temporary
+	// error as the broker away.
+	BrokerAway func(error) bool
 
 	// ResultPrefix prefixes the compat channel: <prefix><task_id>.
 	// Default "rayserve-result-".
@@ -48,12 +60,19 @@ type Config struct {
 	// RemoveConcurrency bounds the removal receives in flight. Default 64.
 	RemoveConcurrency int
 
-	// SpoolEntries bounds the records whose bytes the spool keeps in memory.
+	// SpoolEntries bounds the records whose bytes the spool keeps in
+	// memory. Copies of records on disk and held oversize records give up
+	// their room first; once records kept in memory only (no data dir, or
+	// the disk refused them) reach the bound, the spool is full (Full):
+	// no record is dropped, the worker stops taking tasks instead.
 	// Default 10 000.
 	SpoolEntries int
-	// SpoolMemoryBytes bounds the bytes of those records. Default 1 GiB.
+	// SpoolMemoryBytes bounds the bytes of those records, alike.
+	// Default 1 GiB.
 	SpoolMemoryBytes int64
-	// SpoolDiskBytes bounds the disk spool. Default 4 GiB.
+	// SpoolDiskBytes bounds the disk spool. Held oversize records leave the
+	// disk, oldest first, to make room for records the broker does not
+	// have; when those alone do not fit, the spool is full. Default 4 GiB.
 	SpoolDiskBytes int64
 	// CacheEntries bounds the cache of recently stored records. Default 10 000.
 	CacheEntries int
@@ -114,6 +133,10 @@ func (c Config) Validate() error {
 	switch {
 	case c.Broker == nil:
 		return fmt.Errorf("%w: broker is required", ErrInvalidConfig)
+	case c.DataDir == "" && !c.MemoryOnly:
+		return fmt.Errorf("%w: no data dir: give one, or choose the memory-only spool explicitly (records are lost at exit)", ErrInvalidConfig)
+	case c.DataDir != "" && c.MemoryOnly:
+		return fmt.Errorf("%w: data dir %s given with the memory-only spool", ErrInvalidConfig, c.DataDir)
 	case c.Expiry < time.Second:
 		return fmt.Errorf("%w: expiry %s is under 1s", ErrInvalidConfig, c.Expiry)
 	case c.ExpiryMargin < 0 || c.ExpiryMargin >= c.Expiry:

@@ -17,20 +17,26 @@ import (
 
 // The disk spool keeps one file per record, named by its spool sequence:
 // <seq>.rec waits for replay, <seq>.held is kept for lookups only (an
-// oversize record whose substitute the broker holds, or one the broker
-// refused for good). A file is a JSON header line followed by the body and
+// oversize record whose substitute the broker holds; older versions also
+// kept refused records there), <seq>.undeliverable is a record the broker
+// refused for good, kept for lookups and never sent again. A file is a JSON header line followed by the body and
 // the substitute. Files are written to <seq>.tmp, fsynced, renamed and the
 // directory fsynced, so a crash leaves a whole record or none; the header's
 // CRC catches anything else. One file per record keeps removal after replay
 // a single unlink and lets lookups read one record without scanning a log.
 
 const (
-	extPending = ".rec"
-	extHeld    = ".held"
-	extTmp     = ".tmp"
-	extBad     = ".bad"
-	maxHeader  = 64 << 10
+	extPending       = ".rec"
+	extHeld          = ".held"
+	extUndeliverable = ".undeliverable"
+	extTmp           = ".tmp"
+	extBad           = ".bad"
+	maxHeader        = 64 << 10
 )
+
+// errCorrupt marks a spool file whose content is wrong (no header, a
+// length or checksum that does not match): reading it again cannot help.
+var errCorrupt = errors.New("results: spool file corrupt")
 
 type diskHeader struct {
 	Seq       uint64    `json:"seq"`
@@ -122,29 +128,43 @@ func (d disk) read(seq uint64, ext string) (body, sub []byte, err error) {
 	}
 	i := bytes.IndexByte(data, '\n')
 	if i < 0 {
-		return nil, nil, fmt.Errorf("spool file %s: no header", d.path(seq, ext))
+		return nil, nil, fmt.Errorf("%w: %s: no header", errCorrupt, d.path(seq, ext))
 	}
 	var h diskHeader
 	if err := json.Unmarshal(data[:i], &h); err != nil {
-		return nil, nil, fmt.Errorf("spool file %s: header: %w", d.path(seq, ext), err)
+		return nil, nil, fmt.Errorf("%w: %s: header: %w", errCorrupt, d.path(seq, ext), err)
 	}
 	rest := data[i+1:]
 	if h.BodyLen < 0 || h.SubLen < 0 || len(rest) != h.BodyLen+h.SubLen {
-		return nil, nil, fmt.Errorf("spool file %s: %d bytes after the header, header says %d+%d",
-			d.path(seq, ext), len(rest), h.BodyLen, h.SubLen)
+		return nil, nil, fmt.Errorf("%w: %s: %d bytes after the header, header says %d+%d",
+			errCorrupt, d.path(seq, ext), len(rest), h.BodyLen, h.SubLen)
 	}
 	body, sub = rest[:h.BodyLen:h.BodyLen], rest[h.BodyLen:]
 	if checksum(body, sub) != h.CRC {
-		return nil, nil, fmt.Errorf("spool file %s: checksum mismatch", d.path(seq, ext))
+		return nil, nil, fmt.Errorf("%w: %s: checksum mismatch", errCorrupt, d.path(seq, ext))
 	}
 	return body, sub, nil
 }
 
 // diskRecord is a record found by load; bodies stay on disk until needed.
 type diskRecord struct {
-	h    diskHeader
-	held bool
-	size int64
+	h     diskHeader
+	state itemState
+	size  int64
+}
+
+// fileState is the state of a record file by its extension; false for
+// any other file.
+func fileState(ext string) (itemState, bool) {
+	switch ext {
+	case extPending:
+		return statePending, true
+	case extHeld:
+		return stateHeld, true
+	case extUndeliverable:
+		return stateUndeliverable, true
+	}
+	return stateGone, false
 }
 
 // load lists the records a previous process left, in sequence order. Files
@@ -165,7 +185,7 @@ func (d disk) load() (recs []diskRecord, bad []error, err error) {
 			_ = os.Remove(filepath.Join(d.dir, name))
 			continue
 		}
-		if ext != extPending && ext != extHeld {
+		if _, ok := fileState(ext); !ok {
 			continue
 		}
 		seq, perr := strconv.ParseUint(strings.TrimSuffix(name, ext), 10, 64)
@@ -204,5 +224,6 @@ func (d disk) header(seq uint64, ext string) (diskRecord, error) {
 	if h.Seq != seq || h.TaskID == "" || int64(len(line))+int64(h.BodyLen)+int64(h.SubLen) != st.Size() {
 		return diskRecord{}, fmt.Errorf("spool file %s: header does not match the file", d.path(seq, ext))
 	}
-	return diskRecord{h: h, held: ext == extHeld, size: st.Size()}, nil
+	state, _ := fileState(ext)
+	return diskRecord{h: h, state: state, size: st.Size()}, nil
 }

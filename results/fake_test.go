@@ -17,8 +17,10 @@ import (
 // The fake's errors: a refusal for good is a backoff.Permanent error, as
 // the Broker contract asks.
 var (
-	errUnavailable = errors.New("fake: broker unavailable")
-	errTooLarge    = backoff.Permanent(errors.New("fake: message too large"))
+	errUnavailable    = errors.New("fake: broker unavailable")
+	errTooLarge       = backoff.Permanent(errors.New("fake: message too large"))
+	errChannelFailing = errors.New("fake: this channel keeps failing")
+	errBadChannel     = backoff.Permanent(errors.New("fake: invalid channel name"))
 )
 
 type fakeMsg struct {
@@ -42,16 +44,18 @@ type fakeBroker struct {
 	events    map[string][]fakeEvent
 	swallow   map[string]bool
 	swallowed int
-	down      bool          // every call fails with errUnavailable
-	failNext  int           // the next n calls fail with errUnavailable
-	failWith  error         // every send fails with this error
-	failCh    string        // event sends to this channel fail with errUnavailable
-	ops       []string      // "receive ch", "send ch", "event ch", in call order
-	calls     int           // calls, failed ones included
-	receiving int           // ReceiveOne calls in flight
-	maxRecv   int           // most ReceiveOne calls seen in flight at once
-	block     chan struct{} // when set, ReceiveOne waits for it to close
-	onCall    func()        // called (without mu) at the start of every call
+	down      bool           // every call fails with errUnavailable
+	failNext  int            // the next n calls fail with errUnavailable
+	failWith  error          // every send fails with this error
+	failCh    string         // event sends to this channel fail with failChErr
+	failChErr error          // errChannelFailing when nil
+	writeFail map[string]int // failed event sends by channel
+	ops       []string       // "receive ch", "send ch", "event ch", in call order
+	calls     int            // calls, failed ones included
+	receiving int            // ReceiveOne calls in flight
+	maxRecv   int            // most ReceiveOne calls seen in flight at once
+	block     chan struct{}  // when set, ReceiveOne waits for it to close
+	onCall    func()         // called (without mu) at the start of every call
 }
 
 func newFakeBroker() *fakeBroker {
@@ -94,7 +98,14 @@ func (f *fakeBroker) SendEventStore(ctx context.Context, ch string, body []byte,
 		return f.failWith
 	}
 	if ch == f.failCh {
-		return errUnavailable
+		if f.writeFail == nil {
+			f.writeFail = make(map[string]int)
+		}
+		f.writeFail[ch]++
+		if f.failChErr != nil {
+			return f.failChErr
+		}
+		return errChannelFailing
 	}
 	f.events[ch] = append(f.events[ch], fakeEvent{body: bytes.Clone(body), tags: maps.Clone(tags)})
 	return nil
@@ -234,10 +245,14 @@ func (l *logBuf) String() string {
 	return l.b.String()
 }
 
-// testConfig is a fast Config: no waits between retries or replay passes.
+// testConfig is a fast Config with a memory-only spool: no waits between
+// retries or replay passes; errUnavailable is the broker away, any other
+// temporary error the record's own.
 func testConfig(b Broker) Config {
 	return Config{
 		Broker:           b,
+		MemoryOnly:       true,
+		BrokerAway:       func(err error) bool { return errors.Is(err, errUnavailable) },
 		RetryBackoff:     time.Nanosecond,
 		ReplayBackoff:    time.Millisecond,
 		ReplayBackoffMax: 5 * time.Millisecond,

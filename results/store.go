@@ -55,6 +55,9 @@ func New(cfg Config) (*Store, error) {
 	var d *disk
 	if cfg.DataDir != "" {
 		d = &disk{dir: cfg.DataDir}
+	} else {
+		s.log.Warn("result spool in memory only: records the broker has not taken are lost when the process ends; give a data dir to keep them",
+			"max_entries", cfg.SpoolEntries, "max_memory_bytes", cfg.SpoolMemoryBytes)
 	}
 	s.spool = newSpool(cfg.Logger, cfg.LogRepeatEvery, d, cfg.SpoolEntries, cfg.SpoolMemoryBytes, cfg.SpoolDiskBytes)
 	if d != nil {
@@ -66,8 +69,8 @@ func New(cfg Config) (*Store, error) {
 			s.log.Error("result spool file unreadable; renamed *.bad", "err", err)
 		}
 		s.spool.restore(recs)
-		if st := s.spool.stats(); st.pending+st.held > 0 {
-			s.log.Info("result spool loaded", "dir", cfg.DataDir, "pending", st.pending, "held", st.held)
+		if st := s.spool.stats(); st.pending+st.held+st.undeliverable > 0 {
+			s.log.Info("result spool loaded", "dir", cfg.DataDir, "pending", st.pending, "held", st.held, "undeliverable", st.undeliverable)
 		}
 	}
 	return s, nil
@@ -77,7 +80,9 @@ func New(cfg Config) (*Store, error) {
 // spool, so the caller may then ack the task's message. It never returns a
 // broker error: a write that fails after Config.Retries retries (1 s apart
 // by default), or whose ctx ends first, is spooled and replayed by Run; a
-// write the broker refuses for good is kept for lookups and logged. A record
+// write the broker refuses for good is kept apart as undeliverable, for
+// lookups (logged, counted). The spool takes the record even when it is
+// full (see Full): nothing finished is dropped to make room. A record
 // of a task that still has spooled records is spooled behind them, so a
 // task's records reach the broker in order.
 //
@@ -126,9 +131,9 @@ func (s *Store) Put(ctx context.Context, e Entry) error {
 	case err == nil:
 		s.stored(e)
 	case permanent(err):
-		s.spool.add(e, stateHeld, removed)
+		s.spool.add(e, stateUndeliverable, removed)
 		s.parked.Add(1)
-		s.log.Error("result refused by the broker for good; kept for lookups only", "entry", e, "err", err)
+		s.warn.Log(ctx, slog.LevelError, msgUndeliverable, "entry", e, "err", err)
 	default:
 		s.toSpool(e, removed, err)
 	}
@@ -210,19 +215,39 @@ type Stats struct {
 	// Pending is the number of records waiting for replay
 	// (inferq_result_spool_entries).
 	Pending int
-	// Held is the number of whole records kept for lookups only: oversize
-	// records whose substitute the broker holds, and refused ones.
+	// Held is the number of whole oversize records kept for lookups while
+	// the broker holds their substitute.
 	Held int
+	// Undeliverable is the number of records the broker refused for good,
+	// kept apart for lookups and never sent again
+	// (inferq_result_spool_undeliverable).
+	Undeliverable int
+	// MemoryOnly is the number of pending and undeliverable records whose
+	// bytes are in memory only: no data dir, or the disk refused them
+	// (inferq_result_spool_memory_only).
+	MemoryOnly int
+	// DiskBytes is the disk spool's size, reservations included.
+	DiskBytes int64
+	// Full reports the spool full (see Store.Full;
+	// inferq_result_spool_full).
+	Full bool
 	// Spooled counts records Put sent to the spool for replay.
 	Spooled uint64
 	// Replayed counts spooled records Run wrote to the broker.
 	Replayed uint64
-	// Parked counts records the broker refused for good.
+	// Parked counts records the broker refused for good (each became
+	// undeliverable; inferq_result_store_undeliverable_total).
 	Parked uint64
-	// Dropped counts records lost to spool overflow (memory full and no disk
-	// copy); each is logged at error level.
+	// Dropped counts records lost because their spool file was corrupt or
+	// gone (renamed *.bad, logged at error level;
+	// inferq_result_spool_lost_total). The spool never drops a record to
+	// make room.
 	Dropped uint64
-	// DiskErrors counts failed disk spool writes.
+	// Evicted counts held oversize records dropped to make room for
+	// records the broker does not have (inferq_result_spool_evicted_total).
+	Evicted uint64
+	// DiskErrors counts failed disk spool writes and reads
+	// (inferq_result_spool_disk_errors_total).
 	DiskErrors uint64
 }
 
@@ -231,16 +256,27 @@ type Stats struct {
 func (s *Store) Stats() Stats {
 	sp := s.spool.stats()
 	return Stats{
-		Retries: s.retries.Load(), Pending: sp.pending, Held: sp.held,
+		Retries: s.retries.Load(), Pending: sp.pending, Held: sp.held, Undeliverable: sp.undeliverable,
+		MemoryOnly: sp.memOnly, DiskBytes: sp.diskBytes, Full: sp.full,
 		Spooled: s.spooled.Load(), Replayed: s.replayed.Load(), Parked: s.parked.Load(),
-		Dropped: sp.dropped, DiskErrors: sp.diskErrs,
+		Dropped: sp.dropped, Evicted: sp.evicted, DiskErrors: sp.diskErrs,
 	}
 }
 
+// Full reports whether the spool is full: records the broker does not have
+// fill the memory bounds (SpoolEntries, SpoolMemoryBytes) with no disk to
+// take them, or the disk bound (SpoolDiskBytes) or the device refused one.
+// While it is full the caller must take no new work whose records it
+// would store (the consumer stops polling; readiness is false); Put still
+// takes every record, beyond the bounds, and never drops one. It turns
+// false once the replay, or the disk, has made room. Safe for concurrent
+// use; cheap (one atomic load).
+func (s *Store) Full() bool { return s.spool.full.Load() }
+
 // Close refuses new Puts, waits for those in flight (they end when their
 // ctx does, spooling what they hold), then writes spooled records held only
-// in memory to the data dir. It returns ErrNotFlushed when records waiting
-// for replay would be lost at exit. Call it after Run returned; calling it
+// in memory to the data dir. It returns ErrNotFlushed when records the
+// broker does not have (pending or undeliverable) would be lost at exit. Call it after Run returned; calling it
 // again only flushes again.
 func (s *Store) Close(ctx context.Context) error {
 	s.mu.Lock()
@@ -254,15 +290,14 @@ func (s *Store) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		waitErr = fmt.Errorf("results: close: puts still in flight: %w", ctx.Err())
 	}
-	_, failed := s.spool.flush()
-	if s.cfg.DataDir == "" {
-		if n := s.spool.stats().pending; n > 0 {
-			return errors.Join(waitErr, fmt.Errorf("%w: %d records waiting for replay and no data dir", ErrNotFlushed, n))
-		}
-	} else if failed > 0 {
-		return errors.Join(waitErr, fmt.Errorf("%w: %d records could not be written to %s", ErrNotFlushed, failed, s.cfg.DataDir))
+	_, left := s.spool.flush(true, false)
+	if left == 0 {
+		return waitErr
 	}
-	return waitErr
+	if s.cfg.DataDir == "" {
+		return errors.Join(waitErr, fmt.Errorf("%w: %d records the broker does not have and no data dir", ErrNotFlushed, left))
+	}
+	return errors.Join(waitErr, fmt.Errorf("%w: %d records the broker does not have could not be written to %s", ErrNotFlushed, left, s.cfg.DataDir))
 }
 
 // sleep waits d or until ctx ends.

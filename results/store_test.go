@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -181,8 +182,8 @@ func TestPermanentErrorIsNotRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := s.Stats()
-	if st.Retries != 0 || st.Parked != 1 || st.Held != 1 || st.Pending != 0 {
-		t.Errorf("stats %+v, want no retries, one parked", st)
+	if st.Retries != 0 || st.Parked != 1 || st.Undeliverable != 1 || st.Held != 0 || st.Pending != 0 {
+		t.Errorf("stats %+v, want no retries, one undeliverable", st)
 	}
 	if got, ok := s.Get("t1"); !ok || string(got) != string(body) {
 		t.Errorf("Get = %q %v", got, ok)
@@ -200,7 +201,7 @@ func TestCancelMidRetrySpools(t *testing.T) {
 	cfg := testConfig(fb)
 	cfg.RetryBackoff = time.Hour
 	dir := t.TempDir()
-	cfg.DataDir = dir
+	cfg.DataDir, cfg.MemoryOnly = dir, false
 	s := newStore(t, cfg)
 	body := rec("t1", "SUCCESS")
 	if err := s.Put(ctx, Entry{TaskID: "t1", Status: "SUCCESS", Terminal: true, Body: body}); err != nil {
@@ -217,7 +218,7 @@ func TestCancelMidRetrySpools(t *testing.T) {
 	}
 	fb2 := newFakeBroker()
 	cfg2 := testConfig(fb2)
-	cfg2.DataDir = dir
+	cfg2.DataDir, cfg2.MemoryOnly = dir, false
 	s2 := newStore(t, cfg2)
 	if got, ok := s2.Get("t1"); !ok || string(got) != string(body) {
 		t.Errorf("after restart Get = %q %v", got, ok)
@@ -235,7 +236,7 @@ func TestCloseWithoutDataDirReportsLoss(t *testing.T) {
 }
 
 func TestInvalid(t *testing.T) {
-	s := newStore(t, Config{Broker: newFakeBroker(), MaxResultBytes: 8})
+	s := newStore(t, Config{Broker: newFakeBroker(), MemoryOnly: true, MaxResultBytes: 8})
 	for _, e := range []Entry{
 		{Body: []byte("x")},
 		{TaskID: "t"},
@@ -248,10 +249,12 @@ func TestInvalid(t *testing.T) {
 	}
 	for _, c := range []Config{
 		{},
-		{Broker: newFakeBroker(), Expiry: time.Millisecond},
-		{Broker: newFakeBroker(), ExpiryMargin: 2 * time.Hour},
-		{Broker: newFakeBroker(), ReplayBackoff: time.Minute, ReplayBackoffMax: time.Second},
-		{Broker: newFakeBroker(), RemoveConcurrency: -1},
+		{Broker: newFakeBroker()}, // memory-only must be chosen
+		{Broker: newFakeBroker(), MemoryOnly: true, DataDir: t.TempDir()},
+		{Broker: newFakeBroker(), MemoryOnly: true, Expiry: time.Millisecond},
+		{Broker: newFakeBroker(), MemoryOnly: true, ExpiryMargin: 2 * time.Hour},
+		{Broker: newFakeBroker(), MemoryOnly: true, ReplayBackoff: time.Minute, ReplayBackoffMax: time.Second},
+		{Broker: newFakeBroker(), MemoryOnly: true, RemoveConcurrency: -1},
 	} {
 		if _, err := New(c); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("New(%+v) = %v, want ErrInvalidConfig", c, err)
@@ -299,4 +302,53 @@ func TestOutageWarningsAreRateLimited(t *testing.T) {
 	}
 	waitFor(t, "the second outage's replay failure logged", func() bool { return count(msgReplayFailed) == 2 })
 	stop()
+}
+
+// TestUndeliverableKeptOnDisk: a record the broker refuses for good on Put
+// is kept apart on disk, readable by Get in this process and the next,
+// never sent again.
+func TestUndeliverableKeptOnDisk(t *testing.T) {
+	dir := t.TempDir()
+	fb := newFakeBroker()
+	fb.failWith = errBadChannel
+	cfg := testConfig(fb)
+	cfg.DataDir, cfg.MemoryOnly = dir, false
+	s := newStore(t, cfg)
+	body := rec("t1", "SUCCESS")
+	if err := s.Put(context.Background(), Entry{TaskID: "t1", Status: "SUCCESS", Terminal: true, Body: body, ReplyTo: "r"}); err != nil {
+		t.Fatal(err)
+	}
+	if files, _ := filepath.Glob(filepath.Join(dir, "*"+extUndeliverable)); len(files) != 1 {
+		t.Fatalf("undeliverable files %v, want 1", files)
+	}
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	fb2 := newFakeBroker()
+	cfg.Broker = fb2
+	s2 := newStore(t, cfg)
+	runStore(t, s2)
+	if st := s2.Stats(); st.Undeliverable != 1 || st.Pending != 0 {
+		t.Errorf("after restart %+v, want one undeliverable", st)
+	}
+	if got, ok := s2.Get("t1"); !ok || string(got) != string(body) {
+		t.Errorf("after restart Get = %q %v", got, ok)
+	}
+	putN(t, s2, "other", 1, 0, "r") // a Put wakes the replay
+	if ops := fb2.opsOf(""); !slices.Equal(ops, []string{"event r"}) {
+		t.Errorf("broker ops %v, want only the other record", ops)
+	}
+}
+
+// TestMemoryOnlyIsExplicitAndWarned: a store without a data dir must say
+// memory-only, and says at start that spooled records die with it.
+func TestMemoryOnlyIsExplicitAndWarned(t *testing.T) {
+	if _, err := New(Config{Broker: newFakeBroker()}); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("New without data dir or memory-only = %v, want ErrInvalidConfig", err)
+	}
+	logs := &logBuf{}
+	newStore(t, Config{Broker: newFakeBroker(), MemoryOnly: true, Logger: slogTo(logs)})
+	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "memory only") {
+		t.Errorf("no startup warning for the memory-only spool:\n%s", logs)
+	}
 }

@@ -39,10 +39,15 @@ type Config struct {
 	// Batchers run from Run's start until the consumer has drained.
 	Batchers []*runtime.Batcher
 	// DataDir holds the result spool (results/) and the attempt journal
-	// (journal/); "" keeps both in memory. The worker holds it exclusively
-	// (datadir.Acquire) from New until Run returns: a second process on
-	// it gets a datadir.LockedError.
+	// (journal/). The worker holds it exclusively (datadir.Acquire) from
+	// New until Run returns: a second process on it gets a
+	// datadir.LockedError. "" keeps the journal in memory and needs
+	// MemorySpool.
 	DataDir string
+	// MemorySpool keeps the result spool in memory only (results.spool:
+	// memory), an explicit choice: records the broker has not taken are
+	// lost when the process ends, and the store warns at startup.
+	MemorySpool bool
 	// Consumer holds the consumer's settings; New sets its Broker, Store,
 	// Models, Journal and Logger, and its Metrics when nil (on Registry).
 	Consumer consumer.Config
@@ -127,11 +132,12 @@ func (w *Worker) dial(ctx context.Context) error {
 func (w *Worker) openStore(context.Context) error {
 	r := resultSettings(w.cfg.Models, w.log)
 	dir := ""
-	if w.cfg.DataDir != "" {
+	if w.cfg.DataDir != "" && !w.cfg.MemorySpool {
 		dir = filepath.Join(w.cfg.DataDir, "results")
 	}
 	store, err := results.New(results.Config{
-		Broker: consumer.ResultsBroker(w.conn), Logger: w.log.With("component", "results"), DataDir: dir,
+		Broker: consumer.ResultsBroker(w.conn), Logger: w.log.With("component", "results"),
+		DataDir: dir, MemoryOnly: w.cfg.MemorySpool, BrokerAway: brokerAway,
 		ResultPrefix: r.ChannelPrefix, Expiry: r.Expiry.D(), MaxResultBytes: r.MaxResultBytes,
 	})
 	if err != nil {
@@ -139,6 +145,13 @@ func (w *Worker) openStore(context.Context) error {
 	}
 	w.store = store
 	return w.registerStoreMetrics()
+}
+
+// brokerAway tells the result store's replay that the broker itself is
+// away (the whole pass waits) rather than one record's channel failing
+// (that task alone waits).
+func brokerAway(err error) bool {
+	return errors.Is(err, mq.ErrUnavailable) || errors.Is(err, mq.ErrClosed) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // resultSettings applies "the first model's result settings win": one
@@ -158,18 +171,48 @@ func resultSettings(ms []consumer.Model, log *slog.Logger) models.Result {
 
 func (w *Worker) registerStoreMetrics() error {
 	store := w.store
-	err := w.cfg.Registry.Register(prometheus.NewCounterFunc(
-		prometheus.CounterOpts{Name: "inferq_result_store_retries_total", Help: "Broker writes of result records that were retried."},
-		func() float64 { return float64(store.Stats().Retries) }))
-	if err == nil {
-		err = w.cfg.Registry.Register(prometheus.NewGaugeFunc(
+	stat := func(f func(results.Stats) float64) func() float64 { return func() float64 { return f(store.Stats()) } }
+	for _, c := range []prometheus.Collector{
+		prometheus.NewCounterFunc(
+			prometheus.CounterOpts{Name: "inferq_result_store_retries_total", Help: "Broker writes of result records that were retried."},
+			stat(func(s results.Stats) float64 { return float64(s.Retries) })),
+		prometheus.NewGaugeFunc(
 			prometheus.GaugeOpts{Name: "inferq_result_spool_entries", Help: "Result records waiting in the spool for the broker."},
-			func() float64 { return float64(store.Stats().Pending) }))
-	}
-	if err != nil {
-		return fmt.Errorf("result store metrics: %w", err)
+			stat(func(s results.Stats) float64 { return float64(s.Pending) })),
+		prometheus.NewGaugeFunc(
+			prometheus.GaugeOpts{Name: "inferq_result_spool_full", Help: "1 while the result spool is full: no new tasks are taken."},
+			func() float64 { return b2f(store.Full()) }),
+		prometheus.NewGaugeFunc(
+			prometheus.GaugeOpts{Name: "inferq_result_spool_memory_only", Help: "Spooled result records in memory only (no disk spool, or the disk refused them)."},
+			stat(func(s results.Stats) float64 { return float64(s.MemoryOnly) })),
+		prometheus.NewGaugeFunc(
+			prometheus.GaugeOpts{Name: "inferq_result_spool_undeliverable", Help: "Result records the broker refused for good, kept for /v1/tasks/{id}."},
+			stat(func(s results.Stats) float64 { return float64(s.Undeliverable) })),
+		prometheus.NewCounterFunc(
+			prometheus.CounterOpts{Name: "inferq_result_store_undeliverable_total", Help: "Result records the broker refused for good."},
+			stat(func(s results.Stats) float64 { return float64(s.Parked) })),
+		prometheus.NewCounterFunc(
+			prometheus.CounterOpts{Name: "inferq_result_spool_disk_errors_total", Help: "Failed reads and writes of the disk result spool."},
+			stat(func(s results.Stats) float64 { return float64(s.DiskErrors) })),
+		prometheus.NewCounterFunc(
+			prometheus.CounterOpts{Name: "inferq_result_spool_lost_total", Help: "Spooled result records lost to a corrupt or missing spool file."},
+			stat(func(s results.Stats) float64 { return float64(s.Dropped) })),
+		prometheus.NewCounterFunc(
+			prometheus.CounterOpts{Name: "inferq_result_spool_evicted_total", Help: "Whole oversize records (the broker holds their substitute) dropped to make room."},
+			stat(func(s results.Stats) float64 { return float64(s.Evicted) })),
+	} {
+		if err := w.cfg.Registry.Register(c); err != nil {
+			return fmt.Errorf("result store metrics: %w", err)
+		}
 	}
 	return nil
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func (w *Worker) openJournal(context.Context) error {
@@ -188,6 +231,7 @@ func (w *Worker) openJournal(context.Context) error {
 func (w *Worker) newConsumer(context.Context) error {
 	cc := w.cfg.Consumer
 	cc.Broker, cc.Store, cc.Models, cc.Journal = w.conn, w.store, w.cfg.Models, w.journal
+	cc.StoreFull = w.store.Full // a full spool stops intake and readiness
 	cc.Logger = w.log.With("component", "consumer")
 	if cc.Metrics == nil {
 		met, err := consumer.NewMetrics(w.cfg.Registry)
@@ -259,7 +303,8 @@ func loopback(a net.Addr) bool {
 	return ok && ta.IP.IsLoopback()
 }
 
-// Ready reports whether every queue's poller reached the broker.
+// Ready reports whether every queue's poller reached the broker and the
+// result spool is not full.
 func (w *Worker) Ready() bool { return w.srv.Ready() }
 
 // Inflight is the number of tasks taken and not yet settled.

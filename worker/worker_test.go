@@ -84,8 +84,10 @@ func TestWorkerServesAndStops(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if !strings.Contains(string(body), "inferq_result_spool_entries") || !strings.Contains(string(body), "inferq_tasks") {
-		t.Errorf("/metrics lacks the store's or the consumer's metrics:\n%.2000s", body)
+	for _, name := range []string{"inferq_result_spool_entries", "inferq_result_spool_full", "inferq_result_spool_undeliverable", "inferq_tasks"} {
+		if !strings.Contains(string(body), name) {
+			t.Errorf("/metrics lacks %s:\n%.2000s", name, body)
+		}
 	}
 
 	cctx, ccancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -137,5 +139,35 @@ func TestResultSettingsFirstModelWins(t *testing.T) {
 func TestNewRefusesNoModels(t *testing.T) {
 	if _, err := New(context.Background(), Config{}); err == nil {
 		t.Error("a worker without models was built")
+	}
+}
+
+// A worker without a data dir must choose the memory spool explicitly.
+func TestWorkerMemorySpoolIsExplicit(t *testing.T) {
+	srv := brokertest.NewServer(t, broker.Options{})
+	_, err := New(context.Background(), Config{
+		Broker: mq.Config{Address: srv.Addr, ClientID: "worker-spool-test"},
+		Models: []consumer.Model{mlpModel("mlp", nil)},
+	})
+	if err == nil || !strings.Contains(err.Error(), "memory-only") {
+		t.Fatalf("New without data dir or memory spool = %v, want an error asking for the choice", err)
+	}
+	var logs bytes.Buffer
+	w, err := New(context.Background(), Config{
+		Broker:      mq.Config{Address: srv.Addr, ClientID: "worker-spool-test"},
+		Models:      []consumer.Model{mlpModel("mlp", nil)},
+		MemorySpool: true,
+		Logger:      slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := w.Run(ctx); err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	if !strings.Contains(logs.String(), "level=WARN msg=\"result spool in memory only") {
+		t.Errorf("no startup warning of the memory spool:\n%s", logs.String())
 	}
 }

@@ -24,7 +24,7 @@ func (c *configFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&c.broker, "broker", "", "KubeMQ gRPC address host:port (env INFERQ_BROKER_ADDRESS or KUBEMQ_ADDRESS; default 127.0.0.1:50000)")
 	fs.StringVar(&c.clientID, "client-id", "", "KubeMQ client id (env INFERQ_CLIENT_ID)")
 	fs.StringVar(&c.http, "http", "", "HTTP listen address for health, metrics and task lookup (env INFERQ_HTTP_LISTEN; default 127.0.0.1:8080)")
-	fs.StringVar(&c.dataDir, "data-dir", "", "directory for the result spool and the attempt journal (env INFERQ_DATA_DIR)")
+	fs.StringVar(&c.dataDir, "data-dir", "", "directory for the result spool and the attempt journal, one process each (env INFERQ_DATA_DIR; default ./data unless results.spool is memory)")
 }
 
 // envVars maps each environment variable to the config field it sets. For

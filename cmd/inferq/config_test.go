@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/inferq/inferq/models"
 )
 
 func TestLoadConfigLayers(t *testing.T) {
@@ -21,9 +23,9 @@ func TestLoadConfigLayers(t *testing.T) {
 		token     string
 		http, dir string
 	}{
-		{"file only", nil, configFlags{}, "file:1", "from-file", "", "127.0.0.1:8080", ""},
-		{"adapter env", map[string]string{"KUBEMQ_ADDRESS": "kube:2", "KUBEMQ_AUTH_TOKEN": "tok"}, configFlags{}, "kube:2", "from-file", "tok", "127.0.0.1:8080", ""},
-		{"inferq env wins over adapter env", map[string]string{"KUBEMQ_ADDRESS": "kube:2", "INFERQ_BROKER_ADDRESS": "inf:3"}, configFlags{}, "inf:3", "from-file", "", "127.0.0.1:8080", ""},
+		{"file only", nil, configFlags{}, "file:1", "from-file", "", "127.0.0.1:8080", models.DefaultDataDir},
+		{"adapter env", map[string]string{"KUBEMQ_ADDRESS": "kube:2", "KUBEMQ_AUTH_TOKEN": "tok"}, configFlags{}, "kube:2", "from-file", "tok", "127.0.0.1:8080", models.DefaultDataDir},
+		{"inferq env wins over adapter env", map[string]string{"KUBEMQ_ADDRESS": "kube:2", "INFERQ_BROKER_ADDRESS": "inf:3"}, configFlags{}, "inf:3", "from-file", "", "127.0.0.1:8080", models.DefaultDataDir},
 		{"flags win over env", map[string]string{"INFERQ_BROKER_ADDRESS": "inf:3", "INFERQ_DATA_DIR": "/env"}, configFlags{broker: "flag:4", clientID: "flag-id", http: ":9", dataDir: "/flag"}, "flag:4", "flag-id", "", ":9", "/flag"},
 	}
 	for _, tt := range tests {
