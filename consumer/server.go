@@ -239,7 +239,7 @@ func New(cfg Config) (*Server, error) {
 		q := q
 		p, err := cfg.Broker.NewPoller(mq.PollerConfig{
 			Channel:      q.name,
-			Deliver:      func(ctx context.Context, batch []*mq.Message) error { return s.deliver(ctx, q, batch) },
+			Deliver:      func(ctx context.Context, batch []*mq.Message) (int, error) { return s.deliver(ctx, q, batch) },
 			MaxItems:     s.cfg.PollMaxItems,
 			MaxInFlight:  s.cfg.MaxInFlight,
 			DrainTimeout: s.cfg.DrainTimeout,

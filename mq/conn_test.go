@@ -127,12 +127,12 @@ func TestMutualTLS(t *testing.T) {
 			got := make(chan string, 3)
 			runPoller(t, c, PollerConfig{ // the SDK's downstream, through the bridge
 				Channel: ch,
-				Deliver: func(ctx context.Context, batch []*Message) error {
+				Deliver: func(ctx context.Context, batch []*Message) (int, error) {
 					for _, m := range batch {
 						got <- string(m.Body)
 						_ = m.Ack()
 					}
-					return nil
+					return len(batch), nil
 				},
 			})
 			for range 3 {
