@@ -257,8 +257,15 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// Ready reports whether every queue's poller reaches the broker.
+// Ready reports whether the server takes tasks: the broker answers every
+// queue's poller (within its bound, mq.PollerConfig.AnswerWithin).
 func (s *Server) Ready() bool {
+	return s.brokerAnswers()
+}
+
+// brokerAnswers reports whether every queue's poller hears from the
+// broker.
+func (s *Server) brokerAnswers() bool {
 	for _, q := range s.queues {
 		if !q.poller.Up() {
 			return false

@@ -159,7 +159,9 @@ func (p *Poller) poll(pc *pollClient, n int) ([]*Message, error) {
 // counting a receive), else NAcked. The messages it took are its own: it
 // may be running or have settled any of them already.
 func (p *Poller) deliver(ctx context.Context, msgs []*Message) {
+	p.parked.Store(true)
 	taken, err := p.cfg.Deliver(ctx, msgs)
+	p.parked.Store(false)
 	rest := msgs[min(max(taken, 0), len(msgs)):]
 	if len(rest) == 0 {
 		return
