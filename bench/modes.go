@@ -313,19 +313,19 @@ func startBrokerWorker(cfg mq.Config, clientID, queue string, m *benchModel, pol
 	sem := make(chan struct{}, 128) // writers, like serve's --result-writers
 	p, err := conn.NewPoller(mq.PollerConfig{
 		Channel: queue, MaxItems: pollMax, DrainTimeout: 5 * time.Second,
-		Deliver: func(ctx context.Context, batch []*mq.Message) error {
-			for _, msg := range batch {
+		Deliver: func(ctx context.Context, batch []*mq.Message) (int, error) {
+			for i, msg := range batch {
 				select {
 				case sem <- struct{}{}:
 				case <-ctx.Done():
-					return ctx.Err()
+					return i, ctx.Err()
 				}
 				go func() {
 					defer func() { <-sem }()
 					w.answer(ctx, msg, m)
 				}()
 			}
-			return nil
+			return len(batch), nil
 		},
 	})
 	if err != nil {

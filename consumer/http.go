@@ -51,12 +51,12 @@ func Handler(c HTTPConfig) http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		warm := c.Ready == nil || c.Ready()
-		broker := c.Server.Ready()
+		broker, full := c.Server.BrokerAnswers(), c.Server.StoreFull()
 		code := http.StatusOK
-		if !warm || !broker {
+		if !warm || !broker || full {
 			code = http.StatusServiceUnavailable
 		}
-		writeJSON(w, code, map[string]bool{"ready": code == http.StatusOK, "models_warm": warm, "broker_up": broker})
+		writeJSON(w, code, map[string]bool{"ready": code == http.StatusOK, "models_warm": warm, "broker_up": broker, "spool_full": full})
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(c.Gatherer, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, r *http.Request) {

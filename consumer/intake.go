@@ -32,19 +32,21 @@ import (
 // HTTP status) is its caller's business.
 
 // deliver hands a polled batch to the intake workers (backpressure: it
-// blocks while they are behind).
-func (s *Server) deliver(ctx context.Context, q *queue, batch []*mq.Message) error {
+// blocks while they are behind) and returns how many it handed over: those
+// are intake's to settle. When ctx ends first, the poller gives back the
+// rest.
+func (s *Server) deliver(ctx context.Context, q *queue, batch []*mq.Message) (int, error) {
 	now := s.cfg.Now()
-	for _, m := range batch {
+	for i, m := range batch {
 		s.inflight.Add(1)
 		select {
 		case s.intake <- &delivery{q: q, msg: m, received: now}:
 		case <-ctx.Done():
 			s.inflight.Add(-1)
-			return ctx.Err()
+			return i, ctx.Err()
 		}
 	}
-	return nil
+	return len(batch), nil
 }
 
 func (s *Server) intakeLoop(ctx context.Context) {
@@ -54,7 +56,8 @@ func (s *Server) intakeLoop(ctx context.Context) {
 			s.take(ctx, d)
 		case <-ctx.Done():
 			// Work stops only after the pollers drained or gave up:
-			// whatever is left was given back with their streams.
+			// whatever is left never ran, and goes back uncounted
+			// (decide; the pollers' closed streams gave it back).
 			for {
 				select {
 				case d := <-s.intake:

@@ -252,7 +252,7 @@ func New(cfg Config) (*Server, error) {
 		q := q
 		p, err := cfg.Broker.NewPoller(mq.PollerConfig{
 			Channel:      q.name,
-			Deliver:      func(ctx context.Context, batch []*mq.Message) error { return s.deliverWhenRoom(ctx, q, batch) },
+			Deliver:      func(ctx context.Context, batch []*mq.Message) (int, error) { return s.deliverWhenRoom(ctx, q, batch) },
 			MaxItems:     s.cfg.PollMaxItems,
 			MaxInFlight:  s.cfg.MaxInFlight,
 			DrainTimeout: s.cfg.DrainTimeout,
@@ -270,15 +270,22 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// Ready reports whether every queue's poller reaches the broker and the
+// Ready reports whether the server takes tasks: the broker answers every
+// queue's poller (within its bound, mq.PollerConfig.AnswerWithin) and the
 // result store has room (StoreFull).
 func (s *Server) Ready() bool {
+	return s.BrokerAnswers() && !s.StoreFull()
+}
+
+// BrokerAnswers reports whether every queue's poller hears from the
+// broker.
+func (s *Server) BrokerAnswers() bool {
 	for _, q := range s.queues {
 		if !q.poller.Up() {
 			return false
 		}
 	}
-	return !s.StoreFull()
+	return true
 }
 
 // StoreFull reports whether the result store is full (Config.StoreFull):
@@ -287,9 +294,9 @@ func (s *Server) StoreFull() bool { return s.cfg.StoreFull != nil && s.cfg.Store
 
 // deliverWhenRoom is each Poller's Deliver: the batch goes to intake once
 // the result store has room.
-func (s *Server) deliverWhenRoom(ctx context.Context, q *queue, batch []*mq.Message) error {
+func (s *Server) deliverWhenRoom(ctx context.Context, q *queue, batch []*mq.Message) (int, error) {
 	if err := s.waitStoreRoom(ctx, q); err != nil {
-		return err
+		return 0, err
 	}
 	return s.deliver(ctx, q, batch)
 }

@@ -35,8 +35,9 @@ type job struct {
 	crashes int  // attempts that ended with a crash of the process
 	lost    bool // the crash budget is spent: it must not run
 
-	req    runtime.Request // the run; req.Result once finished
-	cancel context.CancelFunc
+	req     runtime.Request // the run; req.Result once finished
+	started bool            // its run started (RunStarting)
+	cancel  context.CancelFunc
 
 	// root carries the task's SpanReceive, stage its open stage span; both
 	// nil while tracing is off.
@@ -46,6 +47,7 @@ type job struct {
 // RunStarting records the attempt right before the run starts, so that a
 // crash counts only against the tasks that were running.
 func (j *job) RunStarting(r *runtime.Request) {
+	j.started = true
 	if err := j.s.journal.Start(j.msg.ID); err != nil {
 		j.s.log.Error("attempt journal write failed; a crash during this task would not be counted", "err", err)
 	}
@@ -73,7 +75,7 @@ const (
 	actRetry                       // resend after delay (NAck when 0)
 	actDeadLetter                  // move to the dead letter queue, alert
 	actUnprocessable               // forward raw to the unprocessable queue
-	actGiveBack                    // NAck, no record: shutdown, it never ran
+	actGiveBack                    // GiveBack, no record: it never ran
 )
 
 // settlement is the outcome of a job.
@@ -100,6 +102,10 @@ type facts struct {
 	limit   int // attempts allowed
 	crashes int
 	retries models.Retries
+
+	// neverRan: the batcher (or intake) finished it without starting its
+	// run.
+	neverRan bool
 }
 
 // decide computes a job's settlement. It has no effects; jitter comes from
@@ -131,13 +137,15 @@ func decide(f facts) settlement {
 		o.err = fmt.Errorf("worker lost during inference: the process ended during %d attempt(s) of this task; attempts exhausted (%d)", f.crashes, f.limit)
 	case err == nil:
 		o.action, o.status, o.label = actAck, task.StatusSuccess, OutcomeSuccess
-	case errors.Is(err, runtime.ErrInvalidInput):
-		o.action, o.err, o.label = actDeadLetter, err, OutcomeBadInput
 	case errors.Is(err, context.DeadlineExceeded):
 		o.action, o.err, o.label = actAck, fmt.Errorf("deadline exceeded before inference started: %w", err), OutcomeExpired
-	case errors.Is(err, context.Canceled), errors.Is(err, runtime.ErrClosed):
-		// Shutdown caught it before its run: back to the queue, uncounted.
+	case f.neverRan, errors.Is(err, context.Canceled), errors.Is(err, runtime.ErrClosed):
+		// It did not run (shutdown caught it in the batcher or in intake,
+		// whatever the error says): it has no result to record; back to
+		// the queue as if never received, with no attempt counted.
 		o.action, o.status, o.err, o.label = actGiveBack, "", err, ""
+	case errors.Is(err, runtime.ErrInvalidInput):
+		o.action, o.err, o.label = actDeadLetter, err, OutcomeBadInput
 	case f.attempt >= f.limit:
 		o.action, o.err, o.label = actDeadLetter, fmt.Errorf("attempt %d of %d: %w", f.attempt, f.limit, err), OutcomeFailure
 	default:
@@ -175,7 +183,7 @@ func retryDelay(r models.Retries, attempt int) time.Duration {
 // facts gathers what decide needs of j.
 func (j *job) facts() facts {
 	f := facts{verdict: j.adm.verdict, why: j.adm.err, lost: j.lost, result: j.req.Result.Err,
-		attempt: j.attempt, crashes: j.crashes}
+		neverRan: !j.started, attempt: j.attempt, crashes: j.crashes}
 	if m := j.adm.model; m != nil {
 		f.limit = maxAttempts(m, j.msg)
 		f.retries = m.Config.Retries
@@ -266,7 +274,10 @@ func (s *Server) settle(ctx context.Context, j *job) {
 	case actUnprocessable:
 		s.forward(ctx, j, o)
 	case actGiveBack:
-		_ = j.msg.NAck()
+		// No NAck: that would count a receive, and at the producer's
+		// MaxReceiveCount the broker would dead-letter a task that never
+		// ran.
+		_ = j.msg.GiveBack()
 	}
 }
 

@@ -127,12 +127,12 @@ func TestMutualTLS(t *testing.T) {
 			got := make(chan string, 3)
 			runPoller(t, c, PollerConfig{ // the SDK's downstream, through the bridge
 				Channel: ch,
-				Deliver: func(ctx context.Context, batch []*Message) error {
+				Deliver: func(ctx context.Context, batch []*Message) (int, error) {
 					for _, m := range batch {
 						got <- string(m.Body)
 						_ = m.Ack()
 					}
-					return nil
+					return len(batch), nil
 				},
 			})
 			for range 3 {
@@ -249,16 +249,17 @@ func TestCallTimeout(t *testing.T) {
 	})
 }
 
-// freezableProxy forwards TCP connections to addr until freeze, after which
-// it keeps them open and forwards nothing: a peer gone without a FIN.
+// freezableProxy forwards TCP connections to addr. After freeze it keeps
+// them open and forwards nothing, holding what it read, until thaw: a peer
+// that stops answering without a FIN, like a broker stopped with SIGSTOP.
 type freezableProxy struct {
-	addr   string
-	lis    net.Listener
-	frozen chan struct{}
-	once   sync.Once
-	wg     sync.WaitGroup
-	mu     sync.Mutex
-	conns  []net.Conn
+	addr  string
+	lis   net.Listener
+	wg    sync.WaitGroup
+	done  chan struct{} // closed at cleanup
+	mu    sync.Mutex
+	conns []net.Conn
+	open  chan struct{} // closed while forwarding
 }
 
 func newFreezableProxy(t *testing.T, addr string) *freezableProxy {
@@ -267,7 +268,8 @@ func newFreezableProxy(t *testing.T, addr string) *freezableProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &freezableProxy{addr: addr, lis: lis, frozen: make(chan struct{})}
+	p := &freezableProxy{addr: addr, lis: lis, done: make(chan struct{}), open: make(chan struct{})}
+	close(p.open)
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
@@ -290,6 +292,7 @@ func newFreezableProxy(t *testing.T, addr string) *freezableProxy {
 		}
 	}()
 	t.Cleanup(func() {
+		close(p.done)
 		lis.Close()
 		p.mu.Lock()
 		for _, c := range p.conns {
@@ -306,12 +309,10 @@ func (p *freezableProxy) pipe(dst, src net.Conn) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
-		select {
-		case <-p.frozen:
-			n = 0 // swallowed
-		default:
-		}
 		if n > 0 {
+			if !p.forwarding() {
+				return
+			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
 			}
@@ -322,7 +323,38 @@ func (p *freezableProxy) pipe(dst, src net.Conn) {
 	}
 }
 
-func (p *freezableProxy) freeze() { p.once.Do(func() { close(p.frozen) }) }
+// forwarding waits while the proxy is frozen; false when it closed.
+func (p *freezableProxy) forwarding() bool {
+	p.mu.Lock()
+	open := p.open
+	p.mu.Unlock()
+	select {
+	case <-open:
+		return true
+	case <-p.done:
+		return false
+	}
+}
+
+func (p *freezableProxy) freeze() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.open:
+		p.open = make(chan struct{})
+	default:
+	}
+}
+
+func (p *freezableProxy) thaw() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.open:
+	default:
+		close(p.open)
+	}
+}
 
 // TestKeepaliveNoticesSilentBroker: when the broker stops answering without
 // closing the connection, keepalive closes the Conn's connection within

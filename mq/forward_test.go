@@ -28,11 +28,11 @@ func TestForwardByReference(t *testing.T) {
 	t.Cleanup(func() { c.Close() })
 	ch, dlq := chanName(t), chanName(t)+".dlq"
 	msgs := make(chan *Message, 10)
-	deliver := func(ctx context.Context, batch []*Message) error {
+	deliver := func(ctx context.Context, batch []*Message) (int, error) {
 		for _, m := range batch {
 			msgs <- m
 		}
-		return nil
+		return len(batch), nil
 	}
 	runPoller(t, c, PollerConfig{Channel: ch, Deliver: deliver})
 	runPoller(t, c, PollerConfig{Channel: dlq, Deliver: deliver})

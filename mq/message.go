@@ -16,8 +16,9 @@ import (
 
 // Message is a queue message received by a Poller (or copied by Peek). The
 // data fields are plain values; do not change them while settling. Ack,
-// NAck and ReQueue are safe for concurrent use; exactly one of them takes
-// effect, the others return ErrAlreadySettled without reaching the broker.
+// NAck, ReQueue and GiveBack are safe for concurrent use; exactly one of
+// them takes effect, the others return ErrAlreadySettled without reaching
+// the broker.
 //
 // The messages of one poll are settled on the broker together: the
 // settlements are held until the last message of the poll's batch is
@@ -79,7 +80,26 @@ func (m *Message) NAck() error { return m.settle(opNAck, "") }
 // ReQueue moves the message to channel.
 func (m *Message) ReQueue(channel string) error { return m.settle(opReQueue, channel) }
 
-// Settled reports whether Ack, NAck or ReQueue was called.
+// GiveBack returns the message to the queue as if it had never been
+// received: nothing goes to the broker now, so its ReceiveCount does not
+// grow and its MaxReceiveCount policy cannot move it to a dead letter
+// queue, as a NAck would. It settles a message that never ran (a
+// shutdown). The broker gets it back when the Poller closes the stream
+// client that received it: at the end of Run's drain, or at the client's
+// next recycle (RecycleAfter, RecycleEvery). The other messages of its
+// poll settle as usual.
+func (m *Message) GiveBack() error {
+	if m.tx == nil {
+		return ErrNotSettleable
+	}
+	if !m.settled.CompareAndSwap(false, true) {
+		return ErrAlreadySettled
+	}
+	m.tx.drop()
+	return nil
+}
+
+// Settled reports whether Ack, NAck, ReQueue or GiveBack was called.
 func (m *Message) Settled() bool { return m.settled.Load() }
 
 func (m *Message) settle(op int, channel string) error {

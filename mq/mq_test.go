@@ -165,7 +165,7 @@ func TestPollerDeliversEachMessageOnceAcrossRecycling(t *testing.T) {
 					errs[err.Error()]++
 					errMu.Unlock()
 				},
-				Deliver: func(ctx context.Context, batch []*Message) error {
+				Deliver: func(ctx context.Context, batch []*Message) (int, error) {
 					for _, m := range batch {
 						mu.Lock()
 						seen[string(m.Body)]++
@@ -177,7 +177,7 @@ func TestPollerDeliversEachMessageOnceAcrossRecycling(t *testing.T) {
 							}
 						}()
 					}
-					return nil
+					return len(batch), nil
 				},
 			})
 			p.onPoll = func(asked, got, waiting int) {
@@ -269,12 +269,12 @@ func TestPollerLoneMessageIsNotHeld(t *testing.T) {
 			got := make(chan time.Time, 8)
 			p := runPoller(t, c, PollerConfig{
 				Channel: ch,
-				Deliver: func(ctx context.Context, batch []*Message) error {
+				Deliver: func(ctx context.Context, batch []*Message) (int, error) {
 					for _, m := range batch {
 						got <- time.Now()
 						_ = m.Ack()
 					}
-					return nil
+					return len(batch), nil
 				},
 			})
 			// Let the poller warm up and settle into the idle peek.
@@ -310,11 +310,11 @@ func TestPollerBackpressure(t *testing.T) {
 	)
 	p := runPoller(t, c, PollerConfig{
 		Channel: ch, MaxItems: 4, MaxInFlight: 5,
-		Deliver: func(ctx context.Context, batch []*Message) error {
+		Deliver: func(ctx context.Context, batch []*Message) (int, error) {
 			mu.Lock()
 			held = append(held, batch...)
 			mu.Unlock()
-			return nil
+			return len(batch), nil
 		},
 	})
 	sendN(t, c.Sender(), ch, 20)
@@ -366,14 +366,14 @@ func TestPollerRecoversFromBrokerRestart(t *testing.T) {
 				}
 			}
 		},
-		Deliver: func(ctx context.Context, batch []*Message) error {
+		Deliver: func(ctx context.Context, batch []*Message) (int, error) {
 			for _, m := range batch {
 				mu.Lock()
 				seen[string(m.Body)] = true
 				mu.Unlock()
 				_ = m.Ack()
 			}
-			return nil
+			return len(batch), nil
 		},
 	})
 	sendN(t, c.Sender(), ch, 10)
@@ -406,11 +406,11 @@ func TestSettleErrors(t *testing.T) {
 		// One message per batch: each settlement goes out at once.
 		Channel: ch, MaxItems: 1,
 		OnSettleError: func(err error) { settleErrs.Add(1) },
-		Deliver: func(ctx context.Context, batch []*Message) error {
+		Deliver: func(ctx context.Context, batch []*Message) (int, error) {
 			for _, m := range batch {
 				msgs <- m
 			}
-			return nil
+			return len(batch), nil
 		},
 	})
 	sendN(t, c.Sender(), ch, 2)
@@ -458,9 +458,9 @@ func TestSettlementsOfABatchGoOutTogether(t *testing.T) {
 	batches := make(chan []*Message, 4)
 	runPoller(t, c, PollerConfig{
 		Channel: ch, MaxItems: 3,
-		Deliver: func(ctx context.Context, batch []*Message) error {
+		Deliver: func(ctx context.Context, batch []*Message) (int, error) {
 			batches <- batch
-			return nil
+			return len(batch), nil
 		},
 	})
 	// The first message after an idle watch comes alone (it is polled as
@@ -610,11 +610,11 @@ func TestRetryAndDeadLetter(t *testing.T) {
 	c := dial(t, tg)
 	ch, dlq := chanName(t), chanName(t)+".dlq"
 	msgs := make(chan *Message, 10)
-	deliver := func(ctx context.Context, batch []*Message) error {
+	deliver := func(ctx context.Context, batch []*Message) (int, error) {
 		for _, m := range batch {
 			msgs <- m
 		}
-		return nil
+		return len(batch), nil
 	}
 	runPoller(t, c, PollerConfig{Channel: ch, Deliver: deliver})
 	runPoller(t, c, PollerConfig{Channel: dlq, Deliver: deliver})

@@ -18,12 +18,15 @@ type PollerConfig struct {
 	// Channel is the queue to consume. Required.
 	Channel string
 	// Deliver receives each polled batch, in sequence order, from the
-	// Poller's goroutine. It may block: while it blocks the Poller does not
-	// poll (backpressure). It must return when ctx ends; messages of a
-	// batch it refuses (returns an error for) that it has not settled are
-	// NAcked, or, when ctx has ended, given back uncounted by closing the
-	// stream. Required.
-	Deliver func(ctx context.Context, batch []*Message) error
+	// Poller's goroutine, and returns how many of its messages, from the
+	// first, it took: those are its own to settle, whatever happens next.
+	// It may block: while it blocks the Poller does not poll
+	// (backpressure). It must return when ctx ends. The messages it did
+	// not take (batch[taken:]) the Poller settles: when ctx has ended it
+	// gives them back uncounted (GiveBack), else it NAcks them, and logs
+	// err. Taking fewer than all without an error is a refusal too.
+	// Required.
+	Deliver func(ctx context.Context, batch []*Message) (taken int, err error)
 	// MaxItems caps one stream poll. A poll never asks for more than is
 	// known to be waiting, so that it fills and returns at once (trap 2).
 	// Default 32.
@@ -52,6 +55,16 @@ type PollerConfig struct {
 	// delivered messages to be settled before closing the stream clients,
 	// which gives the rest back to the queue uncounted. Default 30 s.
 	DrainTimeout time.Duration
+	// AnswerWithin is the longest the broker may go without answering a
+	// call of the Poller before Up reports false. A frozen broker (a
+	// SIGSTOP, a hung host) fails nothing: its connections stay open and
+	// calls just wait. While the Poller has no reason to call the broker
+	// (it waits for room under MaxInFlight, or for Deliver) it pings it as
+	// often as the idle watch would peek, so a quiet queue or a slow model
+	// is not taken for a silent broker. It must exceed PeekWait and
+	// PollWait. Default 2 x the longer of them + the Conn's CallTimeout
+	// (12 s with the defaults).
+	AnswerWithin time.Duration
 	// OnState is called when the Poller finds the broker up or down (for
 	// /readyz), from the Poller's goroutines; it must not block. It owns
 	// the event: the Poller logs the change only when OnState is nil.
@@ -82,7 +95,16 @@ func (c *PollerConfig) validate() error {
 		c.RecycleEvery = 5 * time.Second
 	}
 	setDefault(&c.DrainTimeout, 30*time.Second)
+	if c.AnswerWithin < 0 || c.AnswerWithin > 0 && c.AnswerWithin <= c.longestWait() {
+		return fmt.Errorf("mq: poller: AnswerWithin %v must exceed the peek and poll waits (%v)", c.AnswerWithin, c.longestWait())
+	}
 	return nil
+}
+
+// longestWait is the longest a call of the Poller waits at the broker on
+// purpose: a peek's whole seconds, or a poll's wait.
+func (c *PollerConfig) longestWait() time.Duration {
+	return max(time.Duration(waitSeconds(c.PeekWait))*time.Second, c.PollWait)
 }
 
 // PollerStats are a Poller's counters.
@@ -120,6 +142,11 @@ type Poller struct {
 	up      atomic.Bool
 	stateMu sync.Mutex
 	known   bool // an up/down state was reported
+	// answered is when the broker last answered a call of the Poller
+	// (unix ns); parked is set while Run's loop waits for room or for
+	// Deliver and makes no call, when probe pings instead.
+	answered atomic.Int64
+	parked   atomic.Bool
 
 	peeks, polls, msgs, recycles, settleErrs atomic.Int64
 	staleNotices                             atomic.Int64
@@ -136,6 +163,9 @@ func (c *Conn) NewPoller(cfg PollerConfig) (*Poller, error) {
 		return nil, err
 	}
 	log := c.log.With("channel", cfg.Channel)
+	if cfg.AnswerWithin == 0 {
+		cfg.AnswerWithin = 2*cfg.longestWait() + c.cfg.CallTimeout
+	}
 	return &Poller{
 		c: c, cfg: cfg,
 		log:      log,
@@ -145,8 +175,14 @@ func (c *Conn) NewPoller(cfg PollerConfig) (*Poller, error) {
 	}, nil
 }
 
-// Up reports whether the last call to the broker succeeded.
-func (p *Poller) Up() bool { return p.up.Load() }
+// Up reports whether the broker answers: the Poller's last call to it
+// succeeded, and it answered one within AnswerWithin.
+func (p *Poller) Up() bool {
+	return p.up.Load() && time.Since(time.Unix(0, p.answered.Load())) <= p.cfg.AnswerWithin
+}
+
+// heard notes an answer of the broker.
+func (p *Poller) heard() { p.answered.Store(time.Now().UnixNano()) }
 
 // Stats returns the Poller's counters.
 func (p *Poller) Stats() PollerStats {
@@ -212,8 +248,8 @@ func (p *Poller) Run(ctx context.Context) error {
 }
 
 // loop is the state of one Run, owned by Run's goroutine: the stream client
-// in use, the next one warming up, what is known to be waiting and the
-// backoff while the broker is away.
+// in use, the next one warming up (and the probe, on the same context),
+// what is known to be waiting and the backoff while the broker is away.
 type loop struct {
 	p   *Poller
 	ctx context.Context
@@ -234,6 +270,11 @@ func (p *Poller) newLoop(ctx context.Context) *loop {
 	l := &loop{p: p, ctx: ctx, standby: make(chan *streamClient, 1), retry: p.c.newBackoff()}
 	l.prepCtx, l.stopPrep = context.WithCancel(p.c.life)
 	l.prepareNext()
+	l.prepWG.Add(1)
+	go func() {
+		defer l.prepWG.Done()
+		p.probe(l.prepCtx)
+	}()
 	return l
 }
 
@@ -280,6 +321,8 @@ func (p *Poller) free() int {
 // waitRoom waits for a settlement (backpressure: no poll while MaxInFlight
 // messages are out).
 func (l *loop) waitRoom() {
+	l.p.parked.Store(true)
+	defer l.p.parked.Store(false)
 	select {
 	case <-l.p.room:
 	case <-l.ctx.Done():
@@ -415,6 +458,7 @@ func (l *loop) recycleBusyClient() {
 
 // succeeded notes a call that reached the broker.
 func (l *loop) succeeded() {
+	l.p.heard()
 	l.p.setState(true, nil)
 	l.retry.Reset()
 }
@@ -437,8 +481,8 @@ func (l *loop) fail(err error) {
 	sleep(l.ctx, l.retry.NextBackOff())
 }
 
-// stop ends Run: no more clients are prepared, the current one retires, and
-// the Poller drains.
+// stop ends Run: no more clients are prepared, the probe ends, the current
+// client retires, and the Poller drains.
 func (l *loop) stop() {
 	l.stopPrep()
 	l.prepWG.Wait()
@@ -531,6 +575,9 @@ func (p *Poller) peek(ctx context.Context) (int, error) {
 // overcount the whole WaitTimeout (trap 2).
 func (p *Poller) ready(ctx context.Context) int {
 	q, ok, err := p.c.queueInfo(ctx, p.cfg.Channel)
+	if err == nil {
+		p.heard()
+	}
 	if err != nil || !ok {
 		return 0
 	}
@@ -542,4 +589,34 @@ func (p *Poller) ready(ctx context.Context) int {
 		n = min(n, q.LastSequence-int64(p.maxSeq))
 	}
 	return int(max(n, 0))
+}
+
+// probe keeps Up true to the broker while Run's loop makes no call: every
+// PeekWait that the loop stays parked (waiting for room or for Deliver)
+// without an answer, it pings the broker, within the Conn's CallTimeout.
+// An answer counts as one to the loop; a broker that does not answer, or
+// is away, is reported down. When the loop calls again, its calls decide.
+func (p *Poller) probe(ctx context.Context) {
+	every := time.Duration(waitSeconds(p.cfg.PeekWait)) * time.Second
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !p.parked.Load() || time.Since(time.Unix(0, p.answered.Load())) < every {
+			continue
+		}
+		err := p.c.Ping(ctx)
+		switch {
+		case ctx.Err() != nil || !p.parked.Load():
+		case err == nil:
+			p.heard()
+			p.setState(true, nil)
+		default:
+			p.setState(false, err)
+		}
+	}
 }

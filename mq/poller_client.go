@@ -154,22 +154,21 @@ func (p *Poller) poll(pc *pollClient, n int) ([]*Message, error) {
 	return msgs, nil
 }
 
-// deliver hands msgs to Deliver; what a refused batch leaves unsettled is
-// NAcked, or at shutdown released uncounted (the stream close gives it
-// back without counting a receive).
+// deliver hands msgs to Deliver and settles what it did not take: given
+// back uncounted at shutdown (the stream close returns them without
+// counting a receive), else NAcked. The messages it took are its own: it
+// may be running or have settled any of them already.
 func (p *Poller) deliver(ctx context.Context, msgs []*Message) {
-	err := p.cfg.Deliver(ctx, msgs)
-	if err == nil {
+	p.parked.Store(true)
+	taken, err := p.cfg.Deliver(ctx, msgs)
+	p.parked.Store(false)
+	rest := msgs[min(max(taken, 0), len(msgs)):]
+	if len(rest) == 0 {
 		return
 	}
-	for _, m := range msgs {
-		if m.Settled() {
-			continue
-		}
+	for _, m := range rest {
 		if ctx.Err() != nil {
-			if m.settled.CompareAndSwap(false, true) {
-				m.tx.drop()
-			}
+			_ = m.GiveBack()
 			continue
 		}
 		if nerr := m.NAck(); nerr != nil && !errors.Is(nerr, ErrAlreadySettled) {
@@ -177,6 +176,6 @@ func (p *Poller) deliver(ctx context.Context, msgs []*Message) {
 		}
 	}
 	if ctx.Err() == nil {
-		p.warn.Warn("mq deliver refused a batch", "n", len(msgs), "err", err)
+		p.warn.Warn("mq deliver refused messages", "n", len(rest), "of", len(msgs), "err", err)
 	}
 }

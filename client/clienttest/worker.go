@@ -123,7 +123,7 @@ func StartWorker(t testing.TB, cfg Config) *Worker {
 	w.cancel = cancel
 	p, err := conn.NewPoller(mq.PollerConfig{
 		Channel: cfg.Queue, MaxItems: 64, DrainTimeout: 5 * time.Second,
-		Deliver: func(ctx context.Context, batch []*mq.Message) error {
+		Deliver: func(ctx context.Context, batch []*mq.Message) (int, error) {
 			var wg sync.WaitGroup
 			for _, m := range batch {
 				wg.Add(1)
@@ -133,7 +133,10 @@ func StartWorker(t testing.TB, cfg Config) *Worker {
 				}()
 			}
 			wg.Wait()
-			return ctx.Err() // unsettled messages go back to the queue
+			if err := ctx.Err(); err != nil {
+				return 0, err // none runs now: the unsettled ones go back to the queue
+			}
+			return len(batch), nil
 
 		},
 	})
