@@ -108,9 +108,11 @@ func (s *Server) take(ctx context.Context, d *delivery) {
 		s.write <- j
 		return
 	}
-	if limit := maxAttempts(m, d.msg); j.crashes > 0 && j.attempt > limit {
-		// Every attempt left ended with the process: this one must not run.
-		j.lost = true
+	if limit := maxAttempts(m, d.msg); j.attempt > limit && (j.crashes > 0 || s.storedStatus(t.ID) == task.StatusFailure) {
+		// Its attempts are spent: every one left ended with the process,
+		// or its last failed (the FAILURE is stored) and the move to the
+		// dead letter queue did not complete. It must not run again.
+		j.spent = true
 		s.write <- j
 		return
 	}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -243,5 +244,65 @@ func TestFailingRetryResendBacksOff(t *testing.T) {
 				t.Errorf("ran %d times, want %d", n, retries+1)
 			}
 		})
+	}
+}
+
+// A task whose last attempt failed at run time and whose dead letter
+// forward then failed comes back to the queue; it must not run again (it
+// could store a SUCCESS after its FAILURE): a delivery past the task's
+// attempts goes to the DLQ without a run.
+func TestExhaustedTaskDoesNotRunAgain(t *testing.T) {
+	var puts *countingStore
+	_, opt := failSends(mq.ErrUnavailable, nil)
+	h := newHarness(t, opt, func(c *harnessConfig) {
+		puts = countPuts(c)
+		c.model.Retries.MaxRetries = 0
+	})
+	h.send("t1", 1000, 7) // fails every run
+	waitFor(t, 30*time.Second, "the DLQ", func() bool { return len(h.queueMsgs(h.q+".dlq")) > 0 })
+	h.settled(h.q)
+	if got := h.fake.runsOf(7); got != 1 {
+		t.Errorf("the task ran %d times over %d deliveries, want once (max_retries 0)", got, consumer.ForwardReceives)
+	}
+	if got := puts.count("t1", task.StatusFailure); got != 1 {
+		t.Errorf("%d FAILURE records, want 1", got)
+	}
+	if got := puts.count("t1", task.StatusSuccess); got != 0 {
+		t.Errorf("%d SUCCESS records after the FAILURE", got)
+	}
+}
+
+// refusingStore refuses every record for good, as results.Store does an
+// entry it can never take.
+type refusingStore struct {
+	consumer.Store
+	puts atomic.Int64
+}
+
+func (r *refusingStore) Put(ctx context.Context, e results.Entry) error {
+	r.puts.Add(1)
+	return fmt.Errorf("%w: task %s: test refusal", results.ErrInvalidEntry, e.TaskID)
+}
+
+// A record the store can never take once NAcked its message for ever
+// ("store failed; nacking"): it goes to the dead letter queue with the
+// reason, after one run.
+func TestRecordRefusedForGoodDeadLetters(t *testing.T) {
+	rs := &refusingStore{}
+	h := newHarness(t, func(c *harnessConfig) {
+		c.storeWrap = func(s consumer.Store) consumer.Store { rs.Store = s; return rs }
+	})
+	h.sendMsg(h.taskMsg("t1", testModel, 1, 9))
+	waitFor(t, 15*time.Second, "the DLQ", func() bool { return len(h.queueMsgs(h.q+".dlq")) > 0 })
+	h.settled(h.q)
+	if got := h.fake.runsOf(9); got != 1 {
+		t.Errorf("the task ran %d times, want once", got)
+	}
+	dlq := h.queueMsgs(h.q + ".dlq")
+	if len(dlq) != 1 || !strings.Contains(dlq[0].Tags[mq.TagError], "test refusal") {
+		t.Fatalf("DLQ %v, want the task with the store's reason", dlq)
+	}
+	if n := rs.puts.Load(); n != 1 {
+		t.Errorf("%d store attempts, want 1", n)
 	}
 }

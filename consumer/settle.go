@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/cenkalti/backoff/v5"
 	"github.com/inferq/inferq/models"
@@ -33,7 +35,7 @@ type job struct {
 	adm     admitted // the task, its model, and the verdict
 	attempt int
 	crashes int  // attempts that ended with a crash of the process
-	lost    bool // the crash budget is spent: it must not run
+	spent   bool // its attempts are spent (crashes, or a stored FAILURE): it must not run
 
 	req     runtime.Request // the run; req.Result once finished
 	started bool            // its run started (RunStarting)
@@ -96,7 +98,7 @@ type settlement struct {
 type facts struct {
 	verdict verdict // admission's
 	why     error   // admission's reason
-	lost    bool    // the crash budget was spent before it ran
+	spent   bool    // the attempts were spent before it ran
 	result  error   // the run's error, nil for a success
 	attempt int
 	limit   int // attempts allowed
@@ -132,9 +134,12 @@ func decide(f facts) settlement {
 	}
 	err := f.result
 	switch {
-	case f.lost:
+	case f.spent && f.crashes > 0:
 		o.action, o.label, o.attempts = actDeadLetter, OutcomeFailure, f.limit
 		o.err = fmt.Errorf("worker lost during inference: the process ended during %d attempt(s) of this task; attempts exhausted (%d)", f.crashes, f.limit)
+	case f.spent:
+		o.action, o.label, o.attempts = actDeadLetter, OutcomeFailure, f.limit
+		o.err = fmt.Errorf("attempts exhausted (%d): the task's last attempt failed and its move to the dead letter queue did not complete; not run again", f.limit)
 	case err == nil:
 		o.action, o.status, o.label = actAck, task.StatusSuccess, OutcomeSuccess
 	case errors.Is(err, context.DeadlineExceeded):
@@ -182,7 +187,7 @@ func retryDelay(r models.Retries, attempt int) time.Duration {
 
 // facts gathers what decide needs of j.
 func (j *job) facts() facts {
-	f := facts{verdict: j.adm.verdict, why: j.adm.err, lost: j.lost, result: j.req.Result.Err,
+	f := facts{verdict: j.adm.verdict, why: j.adm.err, spent: j.spent, result: j.req.Result.Err,
 		neverRan: !j.started, attempt: j.attempt, crashes: j.crashes}
 	if m := j.adm.model; m != nil {
 		f.limit = maxAttempts(m, j.msg)
@@ -239,12 +244,22 @@ func (s *Server) settle(ctx context.Context, j *job) {
 		s.log.Info("task already has its terminal record; not storing another failure", "task_id", t.ID, "msg", j.msg)
 	default:
 		rec := s.record(j, o)
-		if err := s.put(ctx, j, rec); err != nil {
+		err := s.put(ctx, j, rec)
+		switch {
+		case err == nil:
+		case o.action == actUnprocessable:
+			// Forwarded all the same: its record is a courtesy.
+			s.log.Error("store failed; forwarding the message all the same", "task_id", t.ID, "status", rec.Status, "err", err)
+		case errors.Is(err, results.ErrInvalidEntry):
+			// The store can never take this record: a NAck would bring
+			// the message back for ever. It goes to the dead letter
+			// queue, with the reason, instead.
+			s.log.Error("record refused by the store for good; moving the task to the dead letter queue", "task_id", t.ID, "status", rec.Status, "err", err)
+			o = settlement{action: actDeadLetter, err: fmt.Errorf("storing its %s record: %w", rec.Status, err), label: OutcomeFailure, attempts: o.attempts}
+		default:
 			s.log.Error("store failed; nacking so the task is not lost", "task_id", t.ID, "status", rec.Status, "err", err)
-			if o.action != actUnprocessable {
-				_ = j.msg.NAck()
-				return
-			}
+			_ = j.msg.NAck()
+			return
 		}
 		if o.action == actAck && o.status == task.StatusSuccess {
 			m.met.store.Observe(s.cfg.Now().Sub(started).Seconds())
@@ -460,12 +475,21 @@ func (s *Server) hasTerminal(j *job, o settlement) bool {
 	if o.status != task.StatusFailure || j.adm.task == nil || (j.msg.ReceiveCount <= 1 && j.crashes == 0) {
 		return false
 	}
-	body, ok := s.cfg.Store.Get(j.adm.task.ID)
+	return s.storedStatus(j.adm.task.ID).Terminal()
+}
+
+// storedStatus is the status of the task's stored record, "" when it has
+// none (or none that reads).
+func (s *Server) storedStatus(taskID string) task.Status {
+	body, ok := s.cfg.Store.Get(taskID)
 	if !ok {
-		return false
+		return ""
 	}
 	r, err := task.ParseRecord(body)
-	return err == nil && r.Status.Terminal()
+	if err != nil {
+		return ""
+	}
+	return r.Status
 }
 
 // record builds the result record of a job.
@@ -480,7 +504,7 @@ func (s *Server) record(j *job, o settlement) *task.Record {
 		Worker:      s.cfg.Worker,
 	}
 	if o.err != nil {
-		rec.Error = o.err.Error()
+		rec.Error = clipText(o.err.Error(), maxRecordErrorBytes)
 	}
 	if o.status == task.StatusSuccess {
 		m := j.adm.model
@@ -514,4 +538,22 @@ func errString(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+// maxRecordErrorBytes bounds a record's error text, which may quote
+// producer data (names, values): a record stays small enough to store.
+const maxRecordErrorBytes = 4 << 10
+
+// clipText cuts s to at most limit bytes on a UTF-8 boundary, marking the
+// cut with "...(N bytes)".
+func clipText(s string, limit int) string {
+	if len(s) <= limit {
+		return s
+	}
+	mark := "...(" + strconv.Itoa(len(s)) + " bytes)"
+	cut := limit - len(mark)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + mark
 }

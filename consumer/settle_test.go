@@ -33,8 +33,10 @@ func TestDecide(t *testing.T) {
 		{"too large", facts{verdict: admitTooLarge, why: boom}, actDeadLetter, task.StatusFailure, OutcomeBadInput, "boom", [2]time.Duration{}},
 		{"expired", facts{verdict: admitExpired, why: boom}, actAck, task.StatusFailure, OutcomeExpired, "boom", [2]time.Duration{}},
 		{"cancelled", facts{verdict: admitCancelled, why: boom}, actAck, task.StatusCancelled, OutcomeCancelled, "boom", [2]time.Duration{}},
-		{"crash budget spent", facts{lost: true, attempt: 5, limit: 4, crashes: 4}, actDeadLetter, task.StatusFailure, OutcomeFailure,
+		{"crash budget spent", facts{spent: true, attempt: 5, limit: 4, crashes: 4}, actDeadLetter, task.StatusFailure, OutcomeFailure,
 			"worker lost during inference: the process ended during 4 attempt(s) of this task; attempts exhausted (4)", [2]time.Duration{}},
+		{"attempts spent, FAILURE stored", facts{spent: true, attempt: 2, limit: 1}, actDeadLetter, task.StatusFailure, OutcomeFailure,
+			"attempts exhausted (1)", [2]time.Duration{}},
 		{"run refused the input", facts{result: fmt.Errorf("x: %w", runtime.ErrInvalidInput), attempt: 1, limit: 4}, actDeadLetter, task.StatusFailure, OutcomeBadInput, "x: ", [2]time.Duration{}},
 		{"deadline before the run", facts{result: context.DeadlineExceeded, attempt: 1, limit: 4}, actAck, task.StatusFailure, OutcomeExpired,
 			"deadline exceeded before inference started", [2]time.Duration{}},
@@ -61,7 +63,7 @@ func TestDecide(t *testing.T) {
 				t.Errorf("delay %v, want within %v", o.delay, tc.delay)
 			}
 			want := tc.f.attempt
-			if tc.f.lost {
+			if tc.f.spent {
 				want = tc.f.limit
 			}
 			if o.attempts != want {
