@@ -381,12 +381,18 @@ func pathEscape(id string) string {
 // waitFor polls cond every 20 ms until it holds or d passes, and reports
 // whether it held.
 func waitFor(ctx context.Context, d time.Duration, cond func() bool) bool {
+	return waitEvery(ctx, d, 20*time.Millisecond, cond)
+}
+
+// waitEvery polls cond every interval until it holds or d passes, and
+// reports whether it held.
+func waitEvery(ctx context.Context, d, interval time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return false
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(interval)
 	}
 	return true
 }

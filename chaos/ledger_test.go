@@ -250,6 +250,18 @@ func (l *ledger) pending(skip func(key string) bool) int {
 	return n
 }
 
+// outcomeOf returns the outcome of the entry with key.
+func (l *ledger) outcomeOf(key string) outcome {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, e := range l.entries {
+		if e.key == key {
+			return l.outcomeLocked(e)
+		}
+	}
+	return outcome{}
+}
+
 // successes counts the entries with a SUCCESS record.
 func (l *ledger) successes() int {
 	l.mu.Lock()

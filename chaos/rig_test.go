@@ -239,7 +239,7 @@ func (r *rig) send(msgs []mq.OutMessage, es []*entry) {
 // waitSuccesses waits until n entries have a SUCCESS record.
 func (r *rig) waitSuccesses(n int) {
 	r.t.Helper()
-	if !waitFor(r.ctx, r.sz.settle, func() bool { return r.led.successes() >= n || r.cur().exited() }) {
+	if !waitEvery(r.ctx, r.sz.settle, 50*time.Millisecond, func() bool { return r.led.successes() >= n || r.cur().exited() }) {
 		r.t.Fatalf("only %d of the %d successes waited for within %s\n%s", r.led.successes(), n, r.sz.settle, r.cur().logs.tail(30))
 	}
 }
@@ -293,7 +293,8 @@ func (r *rig) finish(x expect) {
 func (r *rig) settle(bound int) {
 	looping := func(key string) bool { return r.proxy.deliveries(key) > bound }
 	asked, last := time.Now(), -1
-	waitFor(r.ctx, r.sz.settle, func() bool {
+	// Every 200 ms: pending walks every entry (110k in the full flood).
+	waitEvery(r.ctx, r.sz.settle, 200*time.Millisecond, func() bool {
 		if s := r.cur(); s.exited() && !s.stopping.Load() {
 			return true
 		}
