@@ -67,25 +67,32 @@ func kill9(t *testing.T, name string) {
 	r.finish(expect{})
 }
 
-// sigterm (issue 11 item 5): SIGTERM mid-load, the first stop with a long
-// grace, the others with one too short for what was taken, and
-// max_retries: 0 so that a task cancelled at the drain and recorded as a
-// FAILURE shows. Each stop exits 0; every task SUCCESS exactly once, none
+// sigterm (issue 11 item 5): SIGTERM mid-load, 2 x stops times, with a
+// long and a too short grace in turn, and max_retries: 0 so that a task
+// cancelled at the drain and recorded as a FAILURE shows. Each stop exits 0; every task SUCCESS exactly once, none
 // with a FAILURE record.
 func sigterm(t *testing.T, name string) {
 	r := newRig(t, name, rigOptions{model: batching + "    retries: {max_retries: 0}\n", attempts: 1})
 	n := r.sz.tasks
 	r.sendValid(n)
 	r.serve(serveOptions{})
-	for k := 1; k <= r.sz.stops; k++ {
-		r.waitSuccesses(n * k / (r.sz.stops + 1))
+	// Stops alternate a long grace (what was taken finishes: a task handed
+	// to intake while the stop interrupted its delivery runs twice) and
+	// one too short for it (what did not finish is cancelled: given back,
+	// or wrongly a FAILURE).
+	stops := 2 * r.sz.stops
+	for k := 1; k <= stops; k++ {
+		r.waitSuccesses(n * k / (stops + 1))
 		at := r.led.successes()
 		if err := r.cur().term(60 * time.Second); err != nil {
 			r.fail("SIGTERM %d: %v, want exit 0\n%s", k, err, r.cur().logs.tail(20))
 		}
 		r.note("SIGTERM %d at %d of %d successes (%d after the exit)", k, at, n, r.led.successes())
 		r.disruptions.Add(1)
-		grace := 20 * time.Millisecond
+		grace := 10 * time.Second
+		if k%2 == 1 {
+			grace = 20 * time.Millisecond
+		}
 		r.serve(serveOptions{grace: grace})
 	}
 	r.finish(expect{exactlyOnce: true})
