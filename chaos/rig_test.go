@@ -30,8 +30,8 @@ type rigOptions struct {
 	// attempts is max_retries+1 of the model's config (default 4), for
 	// the delivery bound.
 	attempts int
-	// proxyTLS serves the proxy with TLS; broker is then the YAML of the
-	// broker's tls: section.
+	// proxyTLS serves the proxy with TLS; brokerTLS is then the YAML of
+	// inferq's broker tls: section.
 	proxyTLS  *tls.Config
 	brokerTLS string
 	// httpTLS is the client side of inferq's HTTPS; token its bearer token.
@@ -76,7 +76,6 @@ func newRig(t *testing.T, name string, o rigOptions) *rig {
 		o.attempts = 4
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
 	r := &rig{t: t, h: h, sz: form(), name: name, ctx: ctx, dir: t.TempDir(), opts: o, start: time.Now(), led: newLedger()}
 	r.broker = startBroker(t, h)
 	r.proxy = newProxy(t, r.broker.addr, o.proxyTLS)
@@ -88,7 +87,10 @@ func newRig(t *testing.T, name string, o rigOptions) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { r.ctl.Close() })
+	t.Cleanup(func() {
+		cancel() // the subscription and drains first
+		r.ctl.Close()
+	})
 	if err := r.led.subscribe(ctx, r.ctl, r.reply); err != nil {
 		t.Fatal(err)
 	}
