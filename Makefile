@@ -1,5 +1,6 @@
 # inferq: `make setup` fetches onnxruntime, `make test` runs every test,
-# `make run` starts the main job on the embedded defaults.
+# `make chaos` runs the chaos harness in full, `make run` starts the main job
+# on the embedded defaults.
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := build
@@ -30,7 +31,7 @@ ORT_GPU_FILES := \
 
 MODELS_DIR ?= data/models
 
-.PHONY: setup setup-gpu build test nocgo lint run examples clean
+.PHONY: setup setup-gpu build test chaos nocgo lint run examples clean
 
 ## setup: fetch onnxruntime's shared library into lib/ (skipped when present and matching)
 setup:
@@ -108,6 +109,10 @@ SDK_RACE_TESTS := TestBrokerLossMidLoad|TestPollerRecoversFromBrokerRestart|Test
 test: setup nocgo
 	$(GO) test -race -timeout 12m ./...
 	$(GO) test -count=1 -timeout 5m -run '^($(SDK_RACE_TESTS))$$' ./consumer/ ./mq/ ./client/
+
+## chaos: the chaos harness in full (issue 11: 20k tasks, a 100k hostile flood, 30 s outages; the short form runs in `make test`); KUBEMQ_ADDRESS=host:port runs it against a real KubeMQ
+chaos: setup
+	$(GO) test ./chaos -count=1 -v -timeout 60m -args -chaos.full
 
 ## nocgo: the producer side (client, task, tensor) builds without cgo, so Go producers need no C compiler
 nocgo:
