@@ -420,8 +420,8 @@ func (bs *benchServer) startOne(spec serverSpec, i int) error {
 		Broker: withClientID(spec.conn, fmt.Sprintf("%s-s%d", spec.clientID, i)),
 		Consumer: consumer.Config{Worker: "bench", IntakeWorkers: 2, Writers: 128, PollMaxItems: 128,
 			DrainTimeout: 5 * time.Second},
-		MemorySpool: true, // a benchmark keeps no state across runs
-		Logger:      spec.log,
+		Results: models.Results{Spool: models.SpoolMemory}, // a benchmark keeps no state across runs
+		Logger:  spec.log,
 	}
 	conc, bsize := spec.busy.cfg.Concurrency, spec.bs
 	if spec.adapter {

@@ -310,7 +310,7 @@ func spoolYAML() string {
 	if y := os.Getenv("CHAOS_SPOOL_YAML"); y != "" {
 		return y + "\n"
 	}
-	return "spool: {max_entries: 20}\n"
+	return "results: {spool_max_disk_bytes: 8192}\n"
 }
 
 // item3SpoolFull (issue 11 item 3): a small spool, and the result store

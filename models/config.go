@@ -89,6 +89,37 @@ type Results struct {
 	// or SpoolMemory, an explicit choice: they are lost when the process
 	// ends, and inferq warns at startup.
 	Spool SpoolMode `yaml:"spool"`
+	// SpoolMaxEntries and SpoolMaxMemoryBytes bound the records whose
+	// bytes the spool keeps in memory (with the disk spool only those it
+	// could not write to disk); SpoolMaxDiskBytes bounds the disk spool.
+	// At a bound the spool is full: inferq stops taking tasks (readiness
+	// false) until the broker takes records again; it never drops one.
+	SpoolMaxEntries     int   `yaml:"spool_max_entries"`
+	SpoolMaxMemoryBytes int64 `yaml:"spool_max_memory_bytes"`
+	SpoolMaxDiskBytes   int64 `yaml:"spool_max_disk_bytes"`
+}
+
+// Defaults of the spool's bounds.
+const (
+	DefaultSpoolMaxEntries     = 10000
+	DefaultSpoolMaxMemoryBytes = 1 << 30
+	DefaultSpoolMaxDiskBytes   = 4 << 30
+)
+
+// SetDefaults fills the spool mode (disk) and bounds left zero.
+func (r *Results) SetDefaults() {
+	if r.Spool == "" {
+		r.Spool = SpoolDisk
+	}
+	if r.SpoolMaxEntries == 0 {
+		r.SpoolMaxEntries = DefaultSpoolMaxEntries
+	}
+	if r.SpoolMaxMemoryBytes == 0 {
+		r.SpoolMaxMemoryBytes = DefaultSpoolMaxMemoryBytes
+	}
+	if r.SpoolMaxDiskBytes == 0 {
+		r.SpoolMaxDiskBytes = DefaultSpoolMaxDiskBytes
+	}
 }
 
 // SpoolMode is results.spool: SpoolDisk or SpoolMemory.
@@ -371,9 +402,7 @@ func (c *Config) SetDefaults() {
 		c.Broker.ClientID = DefaultClientID
 	}
 	c.HTTP.SetDefaults()
-	if c.Results.Spool == "" {
-		c.Results.Spool = SpoolDisk
-	}
+	c.Results.SetDefaults()
 	if c.DataDir == "" && c.Results.Spool == SpoolDisk {
 		c.DataDir = DefaultDataDir
 	}

@@ -40,6 +40,16 @@ func (c *Config) Validate() error {
 		top("http.listen", "is empty")
 	}
 	c.HTTP.validate(top)
+	for _, b := range []struct {
+		field string
+		v     int64
+	}{{"results.spool_max_entries", int64(c.Results.SpoolMaxEntries)},
+		{"results.spool_max_memory_bytes", c.Results.SpoolMaxMemoryBytes},
+		{"results.spool_max_disk_bytes", c.Results.SpoolMaxDiskBytes}} {
+		if b.v < 0 {
+			top(b.field, "must be positive (0: the default), got %d", b.v)
+		}
+	}
 	if len(c.Models) == 0 {
 		top("models", "no model is configured")
 	}

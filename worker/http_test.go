@@ -35,12 +35,12 @@ func httpWorker(t *testing.T, h models.HTTP, logs io.Writer) *Worker {
 		h.Listen = "127.0.0.1:0"
 	}
 	w, err := New(context.Background(), Config{
-		Broker:      mq.Config{Address: "127.0.0.1:1", ClientID: "worker-http-test"},
-		Models:      []consumer.Model{mlpModel("mlp", nil)},
-		Consumer:    consumer.Config{Worker: "test", IntakeWorkers: 1, Writers: 1},
-		HTTP:        h,
-		MemorySpool: true,
-		Logger:      slog.New(slog.NewTextHandler(logs, nil)),
+		Broker:   mq.Config{Address: "127.0.0.1:1", ClientID: "worker-http-test"},
+		Models:   []consumer.Model{mlpModel("mlp", nil)},
+		Consumer: consumer.Config{Worker: "test", IntakeWorkers: 1, Writers: 1},
+		HTTP:     h,
+		Results:  models.Results{Spool: models.SpoolMemory},
+		Logger:   slog.New(slog.NewTextHandler(logs, nil)),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -194,7 +194,7 @@ func TestHTTPConfigErrors(t *testing.T) {
 			}
 			_, err := New(context.Background(), Config{
 				Broker: mq.Config{Address: "127.0.0.1:1", ClientID: "worker-http-test"},
-				Models: []consumer.Model{mlpModel("mlp", nil)}, HTTP: tc.h, MemorySpool: true,
+				Models: []consumer.Model{mlpModel("mlp", nil)}, HTTP: tc.h, Results: models.Results{Spool: models.SpoolMemory},
 			})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("New: %v, want an error naming %s", err, tc.want)

@@ -42,12 +42,14 @@ type Config struct {
 	// (journal/). The worker holds it exclusively (datadir.Acquire) from
 	// New until Run returns: a second process on it gets a
 	// datadir.LockedError. "" keeps the journal in memory and needs
-	// MemorySpool.
+	// the memory spool (Results.Spool).
 	DataDir string
-	// MemorySpool keeps the result spool in memory only (results.spool:
-	// memory), an explicit choice: records the broker has not taken are
-	// lost when the process ends, and the store warns at startup.
-	MemorySpool bool
+	// Results is the result spool's mode and bounds. Spool memory
+	// (models.SpoolMemory) keeps it in memory only, an explicit choice:
+	// records the broker has not taken are lost when the process ends,
+	// and the store warns at startup; "" is disk. Zero bounds take the
+	// defaults.
+	Results models.Results
 	// Consumer holds the consumer's settings; New sets its Broker, Store,
 	// Models, Journal and Logger, and its Metrics when nil (on Registry).
 	Consumer consumer.Config
@@ -132,13 +134,16 @@ func (w *Worker) dial(ctx context.Context) error {
 func (w *Worker) openStore(context.Context) error {
 	r := resultSettings(w.cfg.Models, w.log)
 	dir := ""
-	if w.cfg.DataDir != "" && !w.cfg.MemorySpool {
+	memory := w.cfg.Results.Spool == models.SpoolMemory
+	if w.cfg.DataDir != "" && !memory {
 		dir = filepath.Join(w.cfg.DataDir, "results")
 	}
 	store, err := results.New(results.Config{
 		Broker: consumer.ResultsBroker(w.conn), Logger: w.log.With("component", "results"),
-		DataDir: dir, MemoryOnly: w.cfg.MemorySpool, BrokerAway: brokerAway,
-		ResultPrefix: r.ChannelPrefix, Expiry: r.Expiry.D(), MaxResultBytes: r.MaxResultBytes,
+		DataDir: dir, MemoryOnly: memory, BrokerAway: brokerAway,
+		SpoolEntries: w.cfg.Results.SpoolMaxEntries, SpoolMemoryBytes: w.cfg.Results.SpoolMaxMemoryBytes,
+		SpoolDiskBytes: w.cfg.Results.SpoolMaxDiskBytes,
+		ResultPrefix:   r.ChannelPrefix, Expiry: r.Expiry.D(), MaxResultBytes: r.MaxResultBytes,
 	})
 	if err != nil {
 		return fmt.Errorf("result store: %w", err)

@@ -154,10 +154,10 @@ func TestWorkerMemorySpoolIsExplicit(t *testing.T) {
 	}
 	var logs bytes.Buffer
 	w, err := New(context.Background(), Config{
-		Broker:      mq.Config{Address: srv.Addr, ClientID: "worker-spool-test"},
-		Models:      []consumer.Model{mlpModel("mlp", nil)},
-		MemorySpool: true,
-		Logger:      slog.New(slog.NewTextHandler(&logs, nil)),
+		Broker:  mq.Config{Address: srv.Addr, ClientID: "worker-spool-test"},
+		Models:  []consumer.Model{mlpModel("mlp", nil)},
+		Results: models.Results{Spool: models.SpoolMemory},
+		Logger:  slog.New(slog.NewTextHandler(&logs, nil)),
 	})
 	if err != nil {
 		t.Fatal(err)

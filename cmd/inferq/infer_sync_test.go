@@ -40,10 +40,10 @@ func startServer(t *testing.T, addr string) {
 	c.Models[0].Path = "unused.onnx"
 	c.SetDefaults()
 	w, err := worker.New(context.Background(), worker.Config{
-		Broker:      mq.Config{Address: addr, ClientID: "inferq-sync-test"},
-		Models:      []consumer.Model{{Config: c.Models[0], Info: clienttest.MLP().Info, Batcher: mlpBatcher{}}},
-		Consumer:    consumer.Config{Writers: 4, IntakeWorkers: 1},
-		MemorySpool: true,
+		Broker:   mq.Config{Address: addr, ClientID: "inferq-sync-test"},
+		Models:   []consumer.Model{{Config: c.Models[0], Info: clienttest.MLP().Info, Batcher: mlpBatcher{}}},
+		Consumer: consumer.Config{Writers: 4, IntakeWorkers: 1},
+		Results:  models.Results{Spool: models.SpoolMemory},
 	})
 	if err != nil {
 		t.Fatal(err)

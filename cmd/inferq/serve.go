@@ -189,7 +189,7 @@ func (f serveFlags) workerConfig(c *models.Config, loaded worker.Loaded, reg *pr
 	return worker.Config{
 		Broker: conn,
 		Models: loaded.ConsumerModels(), Batchers: loaded.Batchers(), DataDir: c.DataDir,
-		MemorySpool: c.Results.Spool == models.SpoolMemory,
+		Results: c.Results,
 		Consumer: consumer.Config{Metrics: met, Worker: host, AlertWebhook: f.alertWebhook,
 			IntakeWorkers: intake, Writers: f.resultWriters, PollMaxItems: f.pollMaxItems, DrainTimeout: f.shutdownGrace,
 			QueryGroup: f.queryGroup, TracerProvider: tp},
