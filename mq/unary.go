@@ -11,6 +11,8 @@ import (
 
 	pb "github.com/kubemq-io/protobuf/go"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // newID returns a random 128-bit hex id for requests and events.
@@ -163,7 +165,11 @@ func (c *Conn) callDeadline(ctx context.Context, method string, req, reply any, 
 	cctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	err := inv(cctx, method, req, reply, cc, opts...)
-	if err != nil && ctx.Err() == nil && errors.Is(cctx.Err(), context.DeadlineExceeded) {
+	// The bound expired when cctx did, or when the broker enforced it
+	// first (the grpc-timeout header): its DeadlineExceeded status can
+	// come back a moment before cctx's own timer fires.
+	ours := errors.Is(cctx.Err(), context.DeadlineExceeded) || status.Code(err) == codes.DeadlineExceeded
+	if err != nil && ctx.Err() == nil && ours {
 		return fmt.Errorf("%w: no answer within %v (mq.Config.CallTimeout): %w", ErrUnavailable, d, err)
 	}
 	return err
