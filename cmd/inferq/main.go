@@ -42,6 +42,7 @@ func commands() []command {
 		{"infer", "send inference tasks to a model's queue and wait for the results", runInfer},
 		{"models", "inspect ONNX models and write the example models", runModels},
 		{"serve", "serve the configured models from KubeMQ queues (the main job)", runServe},
+		{"scaler", "KEDA external scaler on KubeMQ queue depth: scale inferq from zero", runScaler},
 		{"version", "print inferq's and onnxruntime's versions", runVersion},
 	}
 }
