@@ -96,7 +96,9 @@ func TestScalerServes(t *testing.T) {
 	defer stop()
 	a, _, errb := testApp(nil)
 	exit := make(chan int, 1)
-	go func() { exit <- a.main(ctx, []string{"scaler", "--broker", srv.Addr, "--listen", addr, "--log-level", "warn"}) }()
+	go func() {
+		exit <- a.main(ctx, []string{"scaler", "--broker", srv.Addr, "--listen", addr, "--log-level", "warn"})
+	}()
 
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
