@@ -10,6 +10,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,11 +19,15 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/inferq/inferq/models"
+	"github.com/inferq/inferq/scaler"
 )
 
 type obj = map[string]any
 
-// manifests decodes every document of configs/kubernetes/*.yaml by kind.
+// manifests decodes every document of configs/kubernetes/*.yaml by kind:
+// inferq's own objects (label app.kubernetes.io/name: inferq, and the
+// Kustomization) under their kind, the others under "<name label>/<kind>",
+// e.g. "inferq-scaler/Deployment".
 func manifests(t *testing.T) map[string]obj {
 	t.Helper()
 	paths, err := filepath.Glob("kubernetes/*.yaml")
@@ -49,13 +55,17 @@ func manifests(t *testing.T) map[string]obj {
 			if kind != "Kustomization" && get(t, o, "metadata", "name") == nil {
 				t.Errorf("%s: %s without metadata.name", p, kind)
 			}
-			if _, dup := byKind[kind]; dup {
-				t.Fatalf("%s: a second %s", p, kind)
+			key := kind
+			if app, _ := get(t, o, "metadata", "labels", "app.kubernetes.io/name").(string); app != "" && app != "inferq" {
+				key = app + "/" + kind
 			}
-			byKind[kind] = o
+			if _, dup := byKind[key]; dup {
+				t.Fatalf("%s: a second %s", p, key)
+			}
+			byKind[key] = o
 		}
 	}
-	for _, k := range []string{"Deployment", "ConfigMap", "Service", "PodMonitor", "ScaledObject", "Kustomization"} {
+	for _, k := range []string{"Deployment", "ConfigMap", "Service", "PodMonitor", "ScaledObject", "Kustomization", "inferq-scaler/Deployment", "inferq-scaler/Service"} {
 		if byKind[k] == nil {
 			t.Errorf("no %s among the manifests", k)
 		}
@@ -201,14 +211,20 @@ func TestConfigMapParses(t *testing.T) {
 	if name := get(t, manifests(t)["Deployment"], "spec", "template", "spec", "volumes", 0, "configMap", "name"); name != get(t, cm, "metadata", "name") {
 		t.Errorf("the Deployment mounts ConfigMap %v, the manifest is %v", name, get(t, cm, "metadata", "name"))
 	}
-	// The ScaledObject watches a queue a model consumes.
-	q := get(t, manifests(t)["ScaledObject"], "spec", "triggers", 0, "metadata", "query").(string)
-	found := false
-	for _, m := range c.Models {
-		found = found || strings.Contains(q, `queue="`+m.Queue+`"`)
+	// The ScaledObject watches every queue a model consumes: with
+	// minReplicaCount 0, a queue left out would never wake the Deployment.
+	md := map[string]string{}
+	for k, v := range get(t, manifests(t)["ScaledObject"], "spec", "triggers", 0, "metadata").(obj) {
+		md[k], _ = v.(string)
 	}
-	if !found {
-		t.Errorf("the ScaledObject's query %q names no model's queue", q)
+	target, err := scaler.ParseTarget(md)
+	if err != nil {
+		t.Fatalf("the ScaledObject's trigger metadata: %v", err)
+	}
+	for _, m := range c.Models {
+		if !slices.Contains(target.Queues, m.Queue) {
+			t.Errorf("the ScaledObject's queues %v lack model %s's queue %s", target.Queues, m.Name, m.Queue)
+		}
 	}
 }
 
@@ -224,12 +240,6 @@ func TestServiceMonitorScaler(t *testing.T) {
 	so := all["ScaledObject"]
 	if get(t, so, "spec", "scaleTargetRef", "name") != get(t, all["Deployment"], "metadata", "name") {
 		t.Error("the ScaledObject does not target the Deployment")
-	}
-	if get(t, so, "spec", "triggers", 0, "type") != "prometheus" {
-		t.Errorf("trigger = %v", get(t, so, "spec", "triggers", 0))
-	}
-	if q, _ := get(t, so, "spec", "triggers", 0, "metadata", "query").(string); !strings.Contains(q, "inferq_queue_depth") {
-		t.Errorf("query %q does not read inferq_queue_depth", q)
 	}
 	ks := all["Kustomization"]
 	res := map[string]bool{}
@@ -364,5 +374,104 @@ func TestSpoolOnTheDataVolume(t *testing.T) {
 		if c.Results.Spool != models.SpoolDisk || c.DataDir == "" {
 			t.Errorf("%s: spool %q in %q, want disk in a data_dir", p, c.Results.Spool, c.DataDir)
 		}
+	}
+}
+
+// The ScaledObject scales from zero through inferq's external scaler: its
+// scalerAddress is the scaler Service's port, which reaches the scaler's
+// container port, and the scaler listens there on every interface.
+func TestScaledObjectUsesTheScaler(t *testing.T) {
+	all := manifests(t)
+	so, svc, dep := all["ScaledObject"], all["inferq-scaler/Service"], all["inferq-scaler/Deployment"]
+	if n, _ := get(t, so, "spec", "minReplicaCount").(int); n != 0 {
+		t.Errorf("minReplicaCount = %v, want 0", get(t, so, "spec", "minReplicaCount"))
+	}
+	trig := get(t, so, "spec", "triggers", 0)
+	if typ := get(t, trig, "type"); typ != "external" && typ != "external-push" {
+		t.Fatalf("trigger type = %v, want external", typ)
+	}
+	addr, _ := get(t, trig, "metadata", "scalerAddress").(string)
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatalf("scalerAddress %q: %v", addr, err)
+	}
+	ns, _ := get(t, svc, "metadata", "namespace").(string)
+	if host != get(t, svc, "metadata", "name").(string)+"."+ns+".svc.cluster.local" {
+		t.Errorf("scalerAddress host %q is not the Service %v in namespace %s", host, get(t, svc, "metadata", "name"), ns)
+	}
+	var target any
+	for _, p := range get(t, svc, "spec", "ports").([]any) {
+		if strconv.Itoa(get(t, p, "port").(int)) == port {
+			target = get(t, p, "targetPort")
+		}
+	}
+	if target == nil {
+		t.Fatalf("the scaler Service has no port %s (scalerAddress %s)", port, addr)
+	}
+	c := get(t, dep, "spec", "template", "spec", "containers", 0)
+	var container int
+	for _, p := range get(t, c, "ports").([]any) {
+		if get(t, p, "name") == target || get(t, p, "containerPort") == target {
+			container = get(t, p, "containerPort").(int)
+		}
+	}
+	if container == 0 {
+		t.Fatalf("the Service's targetPort %v is no port of the scaler container", target)
+	}
+	// The container runs `inferq scaler --listen=0.0.0.0:<that port>`.
+	cmd := append(append([]any{}, get(t, c, "command").([]any)...), get(t, c, "args").([]any)...)
+	var sub bool
+	var listen string
+	for _, a := range cmd {
+		s := a.(string)
+		sub = sub || s == "scaler"
+		if v, ok := strings.CutPrefix(s, "--listen="); ok {
+			listen = v
+		}
+	}
+	if !sub || listen != "0.0.0.0:"+strconv.Itoa(container) {
+		t.Errorf("scaler container runs %v; want inferq scaler --listen=0.0.0.0:%d", cmd, container)
+	}
+	for _, probe := range []string{"readinessProbe", "livenessProbe"} {
+		if p := get(t, c, probe, "grpc", "port"); p != container {
+			t.Errorf("%s grpc port = %v, want %d", probe, p, container)
+		}
+	}
+	// The scaler's pods are not selected as inferq workers.
+	labels := get(t, dep, "spec", "template", "metadata", "labels").(obj)
+	for _, o := range []struct {
+		what string
+		sel  any
+	}{
+		{"the worker Deployment", get(t, all["Deployment"], "spec", "selector", "matchLabels")},
+		{"the worker Service", get(t, all["Service"], "spec", "selector")},
+		{"the PodMonitor", get(t, all["PodMonitor"], "spec", "selector", "matchLabels")},
+	} {
+		matches := true
+		for k, v := range o.sel.(obj) {
+			matches = matches && labels[k] == v
+		}
+		if matches {
+			t.Errorf("%s selects the scaler's pods (labels %v)", o.what, labels)
+		}
+	}
+	if get(t, svc, "spec", "selector", "app.kubernetes.io/name") != labels["app.kubernetes.io/name"] {
+		t.Errorf("the scaler Service does not select the scaler's pods")
+	}
+	// --config points into the mounted ConfigMap, as the worker's does.
+	var config string
+	for _, a := range cmd {
+		if v, ok := strings.CutPrefix(a.(string), "--config="); ok {
+			config = v
+		}
+	}
+	var mounted bool
+	for _, m := range get(t, c, "volumeMounts").([]any) {
+		if get(t, m, "name") == "config" && filepath.Dir(config) == get(t, m, "mountPath") {
+			mounted = true
+		}
+	}
+	if config != "" && !mounted {
+		t.Errorf("the scaler's --config=%s is not in its config volume's mount", config)
 	}
 }
