@@ -177,11 +177,12 @@ func (s *Scaler) GetMetrics(ctx context.Context, req *pb.GetMetricsRequest) (*pb
 // StreamIsActive sends whether the target is active at once, then reads
 // the depth every PollInterval and sends the state again when it changes
 // (KEDA acts on every message it gets). It ends when the client cancels,
-// or with nil when Serve stops (KEDA then reconnects, to another replica
-// of the scaler if there is one). A depth read that fails after the first
-// is logged and retried at the next tick, not sent: a broker blip of a few
-// seconds (KUBEMQ.md trap 9) must not end the stream, as KEDA backs off up
-// to a minute before it opens another.
+// or with nil when Serve stops (KEDA takes a clean end as a reason to open
+// a new stream 2 s later, without growing its backoff). A depth read that
+// fails after the first is logged and retried at the next tick, not sent:
+// a broker blip of a few seconds (KUBEMQ.md trap 9) must not end the
+// stream, as KEDA backs off up to a minute after errors before it opens
+// another.
 func (s *Scaler) StreamIsActive(ref *pb.ScaledObjectRef, stream pb.ExternalScaler_StreamIsActiveServer) error {
 	ctx := stream.Context()
 	t, err := s.target(ref)

@@ -39,7 +39,7 @@ queue depths to whoever asks. In a cluster set 0.0.0.0:6000 (the manifests
 do) and let a NetworkPolicy restrict who reaches it (it serves no TLS).
 
 SIGINT/SIGTERM stops it: health turns NOT_SERVING, open streams end (KEDA
-reconnects), calls in flight get --shutdown-grace.`
+opens a new one 2 s later), calls in flight get --shutdown-grace.`
 
 func runScaler(ctx context.Context, a *app, args []string) error {
 	fs := a.newFlags("scaler", "scaler [flags]", scalerHelp)
