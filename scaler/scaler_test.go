@@ -3,8 +3,10 @@ package scaler_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -99,28 +101,84 @@ func ctxT(t *testing.T) context.Context {
 }
 
 // The acceptance line: false on an empty queue, true with one task
-// waiting, false again once it is taken.
-func TestIsActiveOnEmbeddedBroker(t *testing.T) {
-	srv, conn := embedded(t)
+// waiting, GetMetrics the depth, false again once the tasks are taken; on
+// the embedded broker always, and on a real KubeMQ at KUBEMQ_ADDRESS when
+// it is set. It sends and takes through mq, as producers and inferq do.
+func TestAcceptance(t *testing.T) {
+	t.Run("embedded", func(t *testing.T) {
+		_, conn := embedded(t)
+		acceptance(t, conn)
+	})
+	t.Run("kubemq", func(t *testing.T) {
+		addr := os.Getenv("KUBEMQ_ADDRESS")
+		if addr == "" {
+			t.Skip("KUBEMQ_ADDRESS is not set: no real KubeMQ to test against")
+		}
+		conn, err := mq.Dial(context.Background(), mq.Config{Address: addr, ClientID: "scaler-test"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = conn.Close() })
+		acceptance(t, conn)
+	})
+}
+
+func acceptance(t *testing.T, conn *mq.Conn) {
 	c, _, _ := serve(t, scaler.Config{Broker: conn})
 	ctx := ctxT(t)
-	r := ref(map[string]string{"scalerAddress": "inferq-scaler.inferq:6000", "queue": "inferq.resnet18", "targetDepth": "10"})
-	active := func(want bool, when string) {
+	// A fresh name: a real broker keeps channels for a day.
+	q := fmt.Sprintf("inferq-scaler-test-%d", time.Now().UnixNano())
+	r := ref(map[string]string{"scalerAddress": "inferq-scaler.inferq:6000", "queue": q, "targetDepth": "10"})
+	isActive := func() bool {
 		t.Helper()
 		got, err := c.IsActive(ctx, r)
 		if err != nil {
-			t.Fatalf("%s: IsActive: %v", when, err)
+			t.Fatalf("IsActive: %v", err)
 		}
-		if got.Result != want {
-			t.Errorf("%s: IsActive = %v, want %v", when, got.Result, want)
+		return got.Result
+	}
+	depth := func() int64 {
+		t.Helper()
+		got, err := c.GetMetrics(ctx, &pb.GetMetricsRequest{ScaledObjectRef: r, MetricName: scaler.MetricName})
+		if err != nil {
+			t.Fatalf("GetMetrics: %v", err)
+		}
+		return got.MetricValues[0].MetricValue
+	}
+	put := func(channel string, n int) {
+		t.Helper()
+		for i := 0; i < n; i++ {
+			if err := conn.Sender().Send(ctx, mq.OutMessage{Channel: channel, Body: []byte(`{"task_id":"t"}`)}); err != nil {
+				t.Fatalf("send to %s: %v", channel, err)
+			}
 		}
 	}
-	active(false, "queue never used")
-	send(t, srv, "inferq.resnet18", 1)
-	send(t, srv, "inferq.other", 5) // another queue does not count
-	active(true, "one task waiting")
-	take(t, srv, "inferq.resnet18", 1)
-	active(false, "the task taken")
+	if isActive() {
+		t.Fatal("IsActive = true on an empty queue, want false")
+	}
+	if d := depth(); d != 0 {
+		t.Errorf("depth of an empty queue = %d, want 0", d)
+	}
+	put(q+"-other", 5) // another queue does not count
+	put(q, 1)
+	// The real broker's counter may trail a send by a moment.
+	waitFor(t, "IsActive true with one task waiting", isActive)
+	if d := depth(); d != 1 {
+		t.Errorf("depth with one task waiting = %d, want 1", d)
+	}
+	put(q, 4)
+	waitFor(t, "GetMetrics 5 with five tasks waiting", func() bool { return depth() == 5 })
+	for _, ch := range []string{q, q + "-other"} { // leave nothing behind
+		for i := 0; i < 5; i++ {
+			if ok, err := conn.ReceiveOne(ctx, ch, time.Second); err != nil || !ok {
+				t.Fatalf("take task %d of %s: %v, %v", i, ch, ok, err)
+			}
+		}
+	}
+	waitFor(t, "IsActive false once the tasks are taken", func() bool { return !isActive() })
+	if d := depth(); d != 0 {
+		t.Errorf("depth after the tasks were taken = %d, want 0", d)
+	}
 }
 
 func TestGetMetricsIsTheDepth(t *testing.T) {
