@@ -179,6 +179,17 @@ func acceptance(t *testing.T, conn *mq.Conn) {
 	if d := depth(); d != 0 {
 		t.Errorf("depth after the tasks were taken = %d, want 0", d)
 	}
+
+	// A name the real broker reports trimmed (mq.InfoName).
+	qt := fmt.Sprintf("inferq-scaler-trim-%d.EU", time.Now().UnixNano())
+	r = ref(map[string]string{"queue": qt, "targetDepth": "10"})
+	put(qt, 2)
+	waitFor(t, "GetMetrics 2 on "+qt, func() bool { return depth() == 2 })
+	for i := 0; i < 2; i++ {
+		if ok, err := conn.ReceiveOne(ctx, qt, time.Second); err != nil || !ok {
+			t.Fatalf("take task %d of %s: %v, %v", i, qt, ok, err)
+		}
+	}
 }
 
 func TestGetMetricsIsTheDepth(t *testing.T) {
