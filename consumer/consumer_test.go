@@ -532,19 +532,28 @@ func testIdleQueueDoesNotSlowBusyOne(t *testing.T, on brokerOpt) {
 }
 
 // inferq_queue_depth follows the broker's count of the queue's messages,
-// taken and not yet settled ones included.
+// taken and not yet settled ones included; also for a queue whose name the
+// real broker reports trimmed of "_QUEUES." characters ("q.EU" as "q"),
+// which read 0 on one broker or the other.
 func TestQueueDepthMetric(t *testing.T) {
-	h := newHarness(t, func(c *harnessConfig) {
-		c.configure = func(cc *consumer.Config) { cc.DepthEvery = 50 * time.Millisecond }
+	forBrokers(t, func(t *testing.T, on brokerOpt) {
+		for _, tail := range []string{"", ".EU"} {
+			t.Run("tail"+tail, func(t *testing.T) {
+				h := newHarness(t, on, func(c *harnessConfig) {
+					c.queueTail = tail
+					c.configure = func(cc *consumer.Config) { cc.DepthEvery = 50 * time.Millisecond }
+				})
+				h.fake.gate = make(chan struct{})
+				for i := range 3 {
+					h.send(fmt.Sprintf("t%d", i), 1, float32(i))
+				}
+				depth := func() float64 { return testutil.ToFloat64(h.met.QueueDepth.WithLabelValues(h.q)) }
+				waitFor(t, 5*time.Second, "queue depth 3", func() bool { return depth() == 3 })
+				close(h.fake.gate)
+				waitFor(t, 5*time.Second, "queue depth 0", func() bool { return depth() == 0 })
+			})
+		}
 	})
-	h.fake.gate = make(chan struct{})
-	for i := range 3 {
-		h.send(fmt.Sprintf("t%d", i), 1, float32(i))
-	}
-	depth := func() float64 { return testutil.ToFloat64(h.met.QueueDepth.WithLabelValues(h.q)) }
-	waitFor(t, 5*time.Second, "queue depth 3", func() bool { return depth() == 3 })
-	close(h.fake.gate)
-	waitFor(t, 5*time.Second, "queue depth 0", func() bool { return depth() == 0 })
 }
 
 // Per-model limits give a FAILURE record naming the limit, and nothing

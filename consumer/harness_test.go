@@ -136,6 +136,7 @@ type harnessConfig struct {
 	server     func(*consumer.Server) // adjusts the consumer before it runs
 	idleModel  bool                   // also serve model "idle" on queue <q>.idle, which gets no task
 	spoolMax   int                    // the store's SpoolEntries (0: its default)
+	queueTail  string                 // appended to the task queue's name
 }
 
 const (
@@ -184,6 +185,7 @@ func newHarness(t *testing.T, opts ...brokerOpt) *harness {
 		h.srv = brokertest.NewServer(t, broker.Options{SecondLength: 50 * time.Millisecond, PollWaitFloor: 50 * time.Millisecond})
 		h.addr = h.srv.Addr
 	}
+	h.q += cfg.queueTail
 	h.reply = h.q + ".replies"
 	h.cfg.model.Queue = h.q
 	h.cfg.model.DLQQueue, h.cfg.model.UnprocessableQueue = h.q+".dlq", h.q+".unprocessable"
@@ -356,8 +358,9 @@ func (h *harness) settled(queue string) {
 	h.t.Helper()
 	waitFor(h.t, 15*time.Second, "queue "+queue+" to be empty", func() bool {
 		if h.real {
-			info, err := h.prod.QueuesInfo(context.Background(), queue)
-			return err == nil && info[mq.InfoName(queue)].Waiting == 0
+			info, err := h.prod.QueuesInfo(context.Background(), mq.InfoFilter(queue))
+			q, _ := mq.LookupInfo(info, queue)
+			return err == nil && q.Waiting == 0
 		}
 		st := h.srv.QueueState(queue)
 		return len(st.Waiting) == 0 && len(st.Delayed) == 0 && st.InFlight == 0

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -406,7 +405,7 @@ func (s *Server) sampleDepth(ctx context.Context) {
 	for i, q := range s.queues {
 		names[i] = q.name
 	}
-	filter := strings.Join(names, ";")
+	filter := mq.InfoFilter(names...)
 	t := time.NewTicker(s.cfg.DepthEvery)
 	defer t.Stop()
 	for {
@@ -415,7 +414,8 @@ func (s *Server) sampleDepth(ctx context.Context) {
 		cancel()
 		if err == nil {
 			for _, n := range names {
-				s.met.QueueDepth.WithLabelValues(n).Set(float64(info[mq.InfoName(n)].Waiting))
+				q, _ := mq.LookupInfo(info, n)
+				s.met.QueueDepth.WithLabelValues(n).Set(float64(q.Waiting))
 			}
 		}
 		select {

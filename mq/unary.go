@@ -126,20 +126,42 @@ func (c *Conn) QueuesInfo(ctx context.Context, filter string) (map[string]QueueI
 }
 
 // InfoName is the name under which QueuesInfo may report channel: the real
-// broker trims the characters of "_QUEUES." from both ends.
+// broker trims the characters of "_QUEUES." from both ends, and matches a
+// filter against the trimmed names; the embedded broker keeps names whole.
 func InfoName(channel string) string { return strings.Trim(channel, "_QUEUES.") }
+
+// InfoFilter is the QueuesInfo filter that finds channels on either broker:
+// each name as sent and, where it differs, as the real broker reports it.
+func InfoFilter(channels ...string) string {
+	names := make([]string, 0, 2*len(channels))
+	for _, ch := range channels {
+		names = append(names, ch)
+		if n := InfoName(ch); n != ch && n != "" {
+			names = append(names, n)
+		}
+	}
+	return strings.Join(names, ";")
+}
+
+// LookupInfo finds channel in what QueuesInfo returned, under its name as
+// sent or as the real broker reports it; ok is false when neither is there
+// (the broker reports no channel that never held a message).
+func LookupInfo(infos map[string]QueueInfo, channel string) (q QueueInfo, ok bool) {
+	if q, ok = infos[channel]; ok {
+		return q, true
+	}
+	q, ok = infos[InfoName(channel)]
+	return q, ok
+}
 
 // queueInfo returns channel's QueueInfo; ok is false when the broker does
 // not report the channel (it never held a message).
 func (c *Conn) queueInfo(ctx context.Context, channel string) (QueueInfo, bool, error) {
-	infos, err := c.QueuesInfo(ctx, channel)
+	infos, err := c.QueuesInfo(ctx, InfoFilter(channel))
 	if err != nil {
 		return QueueInfo{}, false, err
 	}
-	if q, ok := infos[channel]; ok {
-		return q, true, nil
-	}
-	q, ok := infos[InfoName(channel)]
+	q, ok := LookupInfo(infos, channel)
 	return q, ok, nil
 }
 

@@ -20,7 +20,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/inferq/inferq/lograte"
@@ -240,31 +239,16 @@ func (s *Scaler) target(ref *pb.ScaledObjectRef) (Target, error) {
 func (s *Scaler) depth(ctx context.Context, ref *pb.ScaledObjectRef, t Target) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
 	defer cancel()
-	infos, err := s.cfg.Broker.QueuesInfo(ctx, filter(t.Queues))
+	infos, err := s.cfg.Broker.QueuesInfo(ctx, mq.InfoFilter(t.Queues...))
 	if err != nil {
 		return 0, s.brokerError(ref, err)
 	}
 	var sum int64
 	for _, q := range t.Queues {
-		info, ok := infos[q]
-		if !ok {
-			info = infos[mq.InfoName(q)]
-		}
+		info, _ := mq.LookupInfo(infos, q)
 		sum += max(info.Waiting, 0)
 	}
 	return sum, nil
-}
-
-// filter is the QueuesInfo filter naming queues under both names.
-func filter(queues []string) string {
-	names := make([]string, 0, 2*len(queues))
-	for _, q := range queues {
-		names = append(names, q)
-		if n := mq.InfoName(q); n != q && n != "" {
-			names = append(names, n)
-		}
-	}
-	return strings.Join(names, ";")
 }
 
 // brokerError turns a failed depth read into a gRPC status: the caller's
