@@ -70,6 +70,11 @@ type Config struct {
 	// Worker names this process in result records (host name by default
 	// in cmd).
 	Worker string
+	// AdvertiseURL (models.HTTP.AdvertiseURL, validated there) prefixes
+	// an oversized result's result_ref: <AdvertiseURL>/v1/tasks/<id>, the
+	// replica whose store holds the whole record. "": the relative
+	// /v1/tasks/<id>.
+	AdvertiseURL string
 	// AlertWebhook, when set, receives a POST per dead-lettered task.
 	AlertWebhook        string
 	AlertWebhookTimeout time.Duration

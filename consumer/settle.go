@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -527,10 +528,17 @@ func (s *Server) put(ctx context.Context, j *job, rec *task.Record) error {
 		Body: body, ReplyTo: t.ReplyTo, CreatedAt: t.CreatedAt}
 	if m := j.adm.model; m != nil && len(body) > m.Config.Result.MaxResultBytes {
 		sub := *rec
-		sub.Result, sub.Binary, sub.ResultRef = nil, nil, "/v1/tasks/"+t.ID
+		sub.Result, sub.Binary, sub.ResultRef = nil, nil, resultRef(s.cfg.AdvertiseURL, t.ID)
 		e.Substitute, _ = sub.Encode()
 	}
 	return s.cfg.Store.Put(ctx, e)
+}
+
+// resultRef is where the whole record of an oversized result is read:
+// /v1/tasks/<id> on the replica that advertises base, relative without one.
+// Task ids are URL-safe (task.CheckName).
+func resultRef(base, taskID string) string {
+	return strings.TrimSuffix(base, "/") + "/v1/tasks/" + taskID
 }
 
 func errString(err error) string {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"reflect"
 	"strings"
@@ -184,6 +185,15 @@ type HTTP struct {
 	// MaxConcurrentRequests bounds the infer requests in progress; one
 	// more is answered 503 with Retry-After at once.
 	MaxConcurrentRequests int `yaml:"max_concurrent_requests"`
+	// AdvertiseURL is where other hosts reach this replica's HTTP
+	// listener, an absolute http(s) URL without query or fragment (a
+	// path prefix is kept, a trailing '/' dropped). When set, an
+	// oversized result's result_ref is <AdvertiseURL>/v1/tasks/<id>,
+	// which reaches the replica whose spool holds the whole record; when
+	// empty it is the relative /v1/tasks/<id>, right only with a single
+	// replica behind the Service. In Kubernetes: each pod's stable DNS
+	// name through a headless Service (configs/kubernetes/).
+	AdvertiseURL string `yaml:"advertise_url"`
 }
 
 // SetDefaults fills h's zero timeouts and limits.
@@ -245,6 +255,33 @@ func (h *HTTP) validate(top func(field, format string, args ...any)) {
 	}
 	checkFile("http.tls_cert", h.TLSCert)
 	checkFile("http.tls_key", h.TLSKey)
+	if h.AdvertiseURL != "" {
+		if err := checkAdvertiseURL(h.AdvertiseURL); err != nil {
+			top("http.advertise_url", "%q %v", h.AdvertiseURL, err)
+		}
+	}
+}
+
+// checkAdvertiseURL reports why u cannot prefix a result_ref that another
+// host follows: it must be an absolute http or https URL with a host, and
+// no query, fragment or user info (a token in a record would leak it).
+func checkAdvertiseURL(u string) error {
+	p, err := url.Parse(u)
+	switch {
+	case err != nil:
+		return fmt.Errorf("is not a URL: %w", errors.Unwrap(err))
+	case p.Scheme != "http" && p.Scheme != "https":
+		return errors.New("is not an absolute http:// or https:// URL")
+	case p.Host == "" || p.Hostname() == "":
+		return errors.New("has no host")
+	case p.RawQuery != "" || p.ForceQuery:
+		return errors.New("has a query; want none")
+	case p.Fragment != "" || strings.Contains(u, "#"):
+		return errors.New("has a fragment; want none")
+	case p.User != nil:
+		return errors.New("has user info; want none (records are read by every consumer of the result)")
+	}
+	return nil
 }
 
 // Token returns the bearer token: AuthToken, else the trimmed content of

@@ -56,6 +56,17 @@ func TestHTTPValidate(t *testing.T) {
 		{"token and file", "{auth_token: a, auth_token_file: " + file + "}", "http.auth_token: and http.auth_token_file are both set"},
 		{"token file missing", "{auth_token_file: " + missing + "}", "http.auth_token_file: stat"},
 		{"token with spaces", "{auth_token: ' a '}", "http.auth_token: has leading or trailing whitespace"},
+		{"advertise url", "{advertise_url: 'http://inferq-0.inferq-headless.inferq.svc:8080'}", ""},
+		{"advertise url https with a path and a slash", "{advertise_url: 'https://gw.example/inferq-0/'}", ""},
+		{"advertise url relative", "{advertise_url: /v1}", `http.advertise_url: "/v1" is not an absolute http:// or https:// URL`},
+		{"advertise url no scheme", "{advertise_url: 'inferq-0:8080'}", "http.advertise_url: \"inferq-0:8080\" is not an absolute"},
+		{"advertise url other scheme", "{advertise_url: 'ftp://h/'}", "http.advertise_url: \"ftp://h/\" is not an absolute"},
+		{"advertise url no host", "{advertise_url: 'http:///x'}", "http.advertise_url: \"http:///x\" has no host"},
+		{"advertise url query", "{advertise_url: 'http://h:8080?a=b'}", "http.advertise_url: \"http://h:8080?a=b\" has a query"},
+		{"advertise url empty query", "{advertise_url: 'http://h:8080?'}", "http.advertise_url: \"http://h:8080?\" has a query"},
+		{"advertise url fragment", "{advertise_url: 'http://h#x'}", "http.advertise_url: \"http://h#x\" has a fragment"},
+		{"advertise url user", "{advertise_url: 'http://u:p@h'}", "http.advertise_url: \"http://u:p@h\" has user info"},
+		{"advertise url unparsable", "{advertise_url: 'http://h:port'}", "http.advertise_url: \"http://h:port\" is not a URL"},
 		{"unknown field", "{auth: x}", "field auth not found"},
 	}
 	for _, tt := range tests {

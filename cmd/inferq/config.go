@@ -12,11 +12,12 @@ import (
 // configFlags are the flags that override the config file. They are layered
 // over the file, then the environment, in that order: file < env < flags.
 type configFlags struct {
-	path     string
-	broker   string
-	clientID string
-	http     string
-	dataDir  string
+	path      string
+	broker    string
+	clientID  string
+	http      string
+	dataDir   string
+	advertise string
 }
 
 func (c *configFlags) register(fs *pflag.FlagSet) {
@@ -24,6 +25,7 @@ func (c *configFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&c.broker, "broker", "", "KubeMQ gRPC address host:port (env INFERQ_BROKER_ADDRESS or KUBEMQ_ADDRESS; default 127.0.0.1:50000)")
 	fs.StringVar(&c.clientID, "client-id", "", "KubeMQ client id (env INFERQ_CLIENT_ID)")
 	fs.StringVar(&c.http, "http", "", "HTTP listen address for health, metrics and task lookup (env INFERQ_HTTP_LISTEN; default 127.0.0.1:8080)")
+	fs.StringVar(&c.advertise, "advertise-url", "", "absolute http(s) URL other hosts reach this replica's HTTP listener at; an oversized result's result_ref becomes <URL>/v1/tasks/<id> (env INFERQ_HTTP_ADVERTISE_URL; default: the relative /v1/tasks/<id>)")
 	fs.StringVar(&c.dataDir, "data-dir", "", "directory for the result spool and the attempt journal, one process each (env INFERQ_DATA_DIR; default ./data unless results.spool is memory)")
 }
 
@@ -44,6 +46,7 @@ var envVars = []struct {
 	// The environment's token replaces the file's, and its token file.
 	{[]string{"INFERQ_HTTP_AUTH_TOKEN"}, func(c *models.Config, v string) { c.HTTP.AuthToken, c.HTTP.AuthTokenFile = v, "" }},
 	{[]string{"INFERQ_DATA_DIR"}, func(c *models.Config, v string) { c.DataDir = v }},
+	{[]string{"INFERQ_HTTP_ADVERTISE_URL"}, func(c *models.Config, v string) { c.HTTP.AdvertiseURL = v }},
 }
 
 // loadConfig reads the config file, then applies the environment and the
@@ -75,7 +78,8 @@ func (a *app) loadConfig(f configFlags) (*models.Config, error) {
 	for _, o := range []struct {
 		v   string
 		dst *string
-	}{{f.broker, &c.Broker.Address}, {f.clientID, &c.Broker.ClientID}, {f.http, &c.HTTP.Listen}, {f.dataDir, &c.DataDir}} {
+	}{{f.broker, &c.Broker.Address}, {f.clientID, &c.Broker.ClientID}, {f.http, &c.HTTP.Listen}, {f.dataDir, &c.DataDir},
+		{f.advertise, &c.HTTP.AdvertiseURL}} {
 		if o.v != "" {
 			*o.dst = o.v
 		}

@@ -190,7 +190,7 @@ func (f serveFlags) workerConfig(c *models.Config, loaded worker.Loaded, reg *pr
 		Broker: conn,
 		Models: loaded.ConsumerModels(), Batchers: loaded.Batchers(), DataDir: c.DataDir,
 		Results: c.Results,
-		Consumer: consumer.Config{Metrics: met, Worker: host, AlertWebhook: f.alertWebhook,
+		Consumer: consumer.Config{Metrics: met, Worker: host, AlertWebhook: f.alertWebhook, AdvertiseURL: c.HTTP.AdvertiseURL,
 			IntakeWorkers: intake, Writers: f.resultWriters, PollMaxItems: f.pollMaxItems, DrainTimeout: f.shutdownGrace,
 			QueryGroup: f.queryGroup, TracerProvider: tp},
 		Registry: reg, HTTP: c.HTTP, Devices: loaded.Devices(), Logger: log,
