@@ -63,7 +63,7 @@ func (s *Store) Run(ctx context.Context) error {
 			}
 			d := away.NextBackOff()
 			s.warn.Info(msgReplayPaused, "retry_in", d, "pending", s.spool.stats().pending)
-			_ = sleep(ctx, d)
+			s.awayWait(ctx, d)
 			continue
 		}
 		away.Reset()

@@ -30,6 +30,8 @@ type Store struct {
 	locks     taskLocks
 	removeSem chan struct{} // bounds removal receives in flight
 	kick      chan struct{} // wakes Run when a record was spooled
+	draining  chan struct{} // closed by Flush: Run retries an away broker every ReplayBackoff
+	drainOnce sync.Once
 
 	retries, spooled, replayed, parked atomic.Uint64
 
@@ -51,6 +53,7 @@ func New(cfg Config) (*Store, error) {
 		cache:     newCache(cfg.CacheEntries, cfg.CacheBytes),
 		removeSem: make(chan struct{}, cfg.RemoveConcurrency),
 		kick:      make(chan struct{}, 1),
+		draining:  make(chan struct{}),
 	}
 	var d *disk
 	if cfg.DataDir != "" {

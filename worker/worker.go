@@ -22,9 +22,12 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
-// flushTimeout bounds the HTTP shutdown and the result spool's flush after
-// the consumer stopped.
+// flushTimeout bounds the HTTP shutdown and the result spool's write to
+// disk after the consumer stopped and the spool was flushed to the broker.
 const flushTimeout = 10 * time.Second
+
+// DefaultSpoolFlushTimeout is Config.SpoolFlushTimeout's default.
+const DefaultSpoolFlushTimeout = 20 * time.Second
 
 // Config is one worker: a broker connection, the models it consumes and
 // the settings of its consumer, result store and HTTP handler.
@@ -64,6 +67,14 @@ type Config struct {
 	// Devices maps each model to its devices, for /v1/models.
 	Devices map[string][]string
 	Logger  *slog.Logger
+	// SpoolFlushTimeout bounds the wait, once the consumer has stopped,
+	// for the result spool's records to reach the broker (a replica
+	// scaled down leaves nothing behind it). What is still spooled then
+	// stays in DataDir for the next process on it (logged with counts;
+	// Run returns no error for it), or is lost with the memory spool (Run
+	// returns results.ErrNotFlushed). 0: DefaultSpoolFlushTimeout;
+	// negative: no wait.
+	SpoolFlushTimeout time.Duration
 }
 
 // Worker is one assembled inferq worker. Build it with New and call Run
@@ -324,8 +335,10 @@ func (w *Worker) Addr() net.Addr {
 }
 
 // Run consumes until ctx ends, then lets taken tasks finish (the
-// consumer's DrainTimeout), stops the batchers and the HTTP server, flushes
-// the result spool and closes the journal and the connection. Batchers and
+// consumer's DrainTimeout), waits up to SpoolFlushTimeout for the result
+// spool to reach the broker, stops the batchers and the HTTP server, writes
+// what is still spooled to the data dir and closes the journal and the
+// connection. Batchers and
 // the store outlive ctx: what was taken must still run and be stored
 // during the drain.
 func (w *Worker) Run(ctx context.Context) error {
@@ -335,6 +348,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.startBackground(back, &bg)
 	runErr := w.srv.Run(ctx)
 	w.log.Info("consumer stopped; flushing", "inflight", w.srv.Inflight())
+	w.flushSpool() // the store's Run replays meanwhile
 	stopBack()
 	return errors.Join(runErr, w.shutdown(&bg))
 }
@@ -360,6 +374,32 @@ func (w *Worker) serveHTTP() error {
 		return fmt.Errorf("http: %w", err)
 	}
 	return nil
+}
+
+// flushSpool waits, within SpoolFlushTimeout, for the result spool's
+// records to reach the broker, and says what is left and where.
+func (w *Worker) flushSpool() {
+	d := w.cfg.SpoolFlushTimeout
+	if d == 0 {
+		d = DefaultSpoolFlushTimeout
+	}
+	if d < 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	err := w.store.Flush(ctx)
+	if err == nil {
+		return
+	}
+	st := w.store.Stats()
+	if w.cfg.DataDir == "" || w.cfg.Results.Spool == models.SpoolMemory {
+		w.log.Error("result spool not flushed to the broker in time; the memory spool loses these records at exit",
+			"timeout", d, "pending", st.Pending, "undeliverable", st.Undeliverable, "err", err)
+		return
+	}
+	w.log.Warn("result spool not flushed to the broker in time; the records stay in the data dir for the next start",
+		"timeout", d, "pending", st.Pending, "undeliverable", st.Undeliverable, "data_dir", w.cfg.DataDir, "err", err)
 }
 
 // shutdown stops the HTTP server, waits for the background parts, flushes

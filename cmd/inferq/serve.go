@@ -48,8 +48,11 @@ protocol from OTEL_EXPORTER_OTLP_PROTOCOL: http/protobuf by default, or grpc;
 the other OTEL_* variables as usual).
 
 SIGINT/SIGTERM stops polling, lets taken tasks finish within
---shutdown-grace, gives back the rest, flushes the result spool and exits 0.
-A second signal exits at once.`
+--shutdown-grace, gives back the rest, waits up to --spool-flush-timeout for
+spooled results to reach the broker, and exits 0; results the broker has
+still not taken stay in data_dir for the next start (logged with counts).
+It exits 1 only when results would be lost (results.spool memory). A second
+signal exits at once.`
 
 // serveFlags are serve's own flags beyond the config layers.
 type serveFlags struct {
@@ -59,6 +62,7 @@ type serveFlags struct {
 	embedded      string
 	printConfig   bool
 	shutdownGrace time.Duration
+	flushTimeout  time.Duration
 	alertWebhook  string
 	noWarmup      bool
 	intakeWorkers int
@@ -76,6 +80,7 @@ func runServe(ctx context.Context, a *app, args []string) error {
 	fs.StringVar(&f.ortLib, "ort-lib", "", "onnxruntime shared library (file or directory); default: $INFERQ_ORT_LIB, next to the binary, ./lib")
 	fs.BoolVar(&f.printConfig, "print-config", false, "print the merged configuration (secrets masked) and exit")
 	fs.DurationVar(&f.shutdownGrace, "shutdown-grace", 30*time.Second, "on SIGTERM, how long taken tasks may take to finish before they are given back")
+	fs.DurationVar(&f.flushTimeout, "spool-flush-timeout", worker.DefaultSpoolFlushTimeout, "on SIGTERM, after the tasks, how long spooled results may take to reach the broker; the rest stays in data_dir for the next start (0: no wait)")
 	fs.StringVar(&f.alertWebhook, "alert-webhook", "", "URL that receives a JSON POST for each task moved to a dead letter queue (env INFERQ_ALERT_WEBHOOK)")
 	fs.BoolVar(&f.noWarmup, "no-warmup", false, "skip the synthetic warm-up batch of each session")
 	fs.IntVar(&f.intakeWorkers, "intake-workers", 0, "goroutines decoding tasks (default: number of CPUs)")
@@ -194,7 +199,17 @@ func (f serveFlags) workerConfig(c *models.Config, loaded worker.Loaded, reg *pr
 			IntakeWorkers: intake, Writers: f.resultWriters, PollMaxItems: f.pollMaxItems, DrainTimeout: f.shutdownGrace,
 			QueryGroup: f.queryGroup, TracerProvider: tp},
 		Registry: reg, HTTP: c.HTTP, Devices: loaded.Devices(), Logger: log,
+		SpoolFlushTimeout: spoolFlushTimeout(f.flushTimeout),
 	}
+}
+
+// spoolFlushTimeout is worker.Config.SpoolFlushTimeout for the flag: its
+// 0 (no wait) is the worker's negative.
+func spoolFlushTimeout(d time.Duration) time.Duration {
+	if d <= 0 {
+		return -1
+	}
+	return d
 }
 
 // exitOnSecondSignal exits the process at once on a signal after ctx ended
