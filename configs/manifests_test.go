@@ -27,7 +27,7 @@ type obj = map[string]any
 // manifests decodes every document of configs/kubernetes/*.yaml by kind:
 // inferq's own objects (label app.kubernetes.io/name: inferq, and the
 // Kustomization) under their kind, the others under "<name label>/<kind>",
-// e.g. "inferq-scaler/Deployment".
+// e.g. "inferq-scaler/Deployment", "inferq-headless/Service".
 func manifests(t *testing.T) map[string]obj {
 	t.Helper()
 	paths, err := filepath.Glob("kubernetes/*.yaml")
@@ -65,7 +65,7 @@ func manifests(t *testing.T) map[string]obj {
 			byKind[key] = o
 		}
 	}
-	for _, k := range []string{"Deployment", "ConfigMap", "Service", "PodMonitor", "ScaledObject", "Kustomization", "inferq-scaler/Deployment", "inferq-scaler/Service"} {
+	for _, k := range []string{"StatefulSet", "ConfigMap", "Service", "inferq-headless/Service", "PodMonitor", "ScaledObject", "Kustomization", "inferq-scaler/Deployment", "inferq-scaler/Service"} {
 		if byKind[k] == nil {
 			t.Errorf("no %s among the manifests", k)
 		}
@@ -96,8 +96,8 @@ func get(t *testing.T, o any, path ...any) any {
 	return cur
 }
 
-func TestDeployment(t *testing.T) {
-	d := manifests(t)["Deployment"]
+func TestStatefulSet(t *testing.T) {
+	d := manifests(t)["StatefulSet"]
 	pod := get(t, d, "spec", "template", "spec")
 	if rc := get(t, pod, "runtimeClassName"); rc != "nvidia" {
 		t.Errorf("runtimeClassName = %v, want nvidia", rc)
@@ -118,28 +118,31 @@ func TestDeployment(t *testing.T) {
 		t.Errorf("containerPort = %v", p)
 	}
 
-	// The grace period outlasts --shutdown-grace plus the 10 s of HTTP
-	// shutdown and spool flush that follow it.
-	var grace time.Duration
+	// The grace period outlasts --shutdown-grace (the tasks), then
+	// --spool-flush-timeout (the results to the broker), then the 10 s of
+	// HTTP shutdown and spool write to disk that follow.
+	var grace, flush time.Duration
 	var config string
 	for _, a := range get(t, c, "args").([]any) {
 		s := a.(string)
-		if v, ok := strings.CutPrefix(s, "--shutdown-grace="); ok {
-			var err error
-			if grace, err = time.ParseDuration(v); err != nil {
-				t.Fatal(err)
+		for flag, d := range map[string]*time.Duration{"--shutdown-grace=": &grace, "--spool-flush-timeout=": &flush} {
+			if v, ok := strings.CutPrefix(s, flag); ok {
+				var err error
+				if *d, err = time.ParseDuration(v); err != nil {
+					t.Fatal(err)
+				}
 			}
 		}
 		if v, ok := strings.CutPrefix(s, "--config="); ok {
 			config = v
 		}
 	}
-	if grace == 0 || config == "" {
-		t.Fatalf("args %v: want --config and --shutdown-grace", get(t, c, "args"))
+	if grace == 0 || flush == 0 || config == "" {
+		t.Fatalf("args %v: want --config, --shutdown-grace and --spool-flush-timeout", get(t, c, "args"))
 	}
 	term, _ := get(t, pod, "terminationGracePeriodSeconds").(int)
-	if time.Duration(term)*time.Second <= grace+10*time.Second {
-		t.Errorf("terminationGracePeriodSeconds %d is not above --shutdown-grace %s + 10s", term, grace)
+	if time.Duration(term)*time.Second <= grace+flush+10*time.Second {
+		t.Errorf("terminationGracePeriodSeconds %d is not above --shutdown-grace %s + --spool-flush-timeout %s + 10s", term, grace, flush)
 	}
 
 	// --config points into the mounted ConfigMap.
@@ -162,7 +165,7 @@ func TestDeployment(t *testing.T) {
 	}
 }
 
-// The image's entrypoint is inferq serve, which the Deployment's args
+// The image's entrypoint is inferq serve, which the StatefulSet's args
 // follow; it runs as a non-root user and checks /healthz.
 func TestDockerfile(t *testing.T) {
 	data, err := os.ReadFile("../Dockerfile.cuda")
@@ -205,14 +208,14 @@ func TestConfigMapParses(t *testing.T) {
 	if !strings.HasPrefix(c.HTTP.Listen, "0.0.0.0:8080") {
 		t.Errorf("http.listen %q is not reachable by the probes on port 8080", c.HTTP.Listen)
 	}
-	if !loopback(c.HTTP.Listen) && c.HTTP.AuthTokenFile == "" && tokenSecret(t, manifests(t)["Deployment"]) == nil {
-		t.Errorf("http.listen %q is reachable beyond the pod and no bearer token is set: want INFERQ_HTTP_AUTH_TOKEN from a Secret in the Deployment", c.HTTP.Listen)
+	if !loopback(c.HTTP.Listen) && c.HTTP.AuthTokenFile == "" && tokenSecret(t, manifests(t)["StatefulSet"]) == nil {
+		t.Errorf("http.listen %q is reachable beyond the pod and no bearer token is set: want INFERQ_HTTP_AUTH_TOKEN from a Secret in the StatefulSet", c.HTTP.Listen)
 	}
-	if name := get(t, manifests(t)["Deployment"], "spec", "template", "spec", "volumes", 0, "configMap", "name"); name != get(t, cm, "metadata", "name") {
-		t.Errorf("the Deployment mounts ConfigMap %v, the manifest is %v", name, get(t, cm, "metadata", "name"))
+	if name := get(t, manifests(t)["StatefulSet"], "spec", "template", "spec", "volumes", 0, "configMap", "name"); name != get(t, cm, "metadata", "name") {
+		t.Errorf("the StatefulSet mounts ConfigMap %v, the manifest is %v", name, get(t, cm, "metadata", "name"))
 	}
 	// The ScaledObject watches every queue a model consumes: with
-	// minReplicaCount 0, a queue left out would never wake the Deployment.
+	// minReplicaCount 0, a queue left out would never wake the StatefulSet.
 	md := map[string]string{}
 	for k, v := range get(t, manifests(t)["ScaledObject"], "spec", "triggers", 0, "metadata").(obj) {
 		md[k], _ = v.(string)
@@ -238,8 +241,9 @@ func TestServiceMonitorScaler(t *testing.T) {
 		t.Errorf("PodMonitor endpoint = %v", get(t, pm, "spec", "podMetricsEndpoints", 0))
 	}
 	so := all["ScaledObject"]
-	if get(t, so, "spec", "scaleTargetRef", "name") != get(t, all["Deployment"], "metadata", "name") {
-		t.Error("the ScaledObject does not target the Deployment")
+	if get(t, so, "spec", "scaleTargetRef", "kind") != "StatefulSet" || get(t, so, "spec", "scaleTargetRef", "apiVersion") != "apps/v1" ||
+		get(t, so, "spec", "scaleTargetRef", "name") != get(t, all["StatefulSet"], "metadata", "name") {
+		t.Errorf("the ScaledObject targets %v, want the StatefulSet", get(t, so, "spec", "scaleTargetRef"))
 	}
 	ks := all["Kustomization"]
 	res := map[string]bool{}
@@ -251,6 +255,78 @@ func TestServiceMonitorScaler(t *testing.T) {
 		if b := filepath.Base(f); b != "kustomization.yaml" && !res[b] {
 			t.Errorf("kustomization.yaml does not list %s", b)
 		}
+	}
+}
+
+func atoi(t *testing.T, s string) int64 {
+	t.Helper()
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// Each pod advertises its own stable DNS name as http.advertise_url: the
+// StatefulSet's headless Service (serviceName) selects the pods, publishes
+// them while not ready, and its port reaches the container's HTTP port; the
+// URL the kubelet expands for pod inferq-1 is valid for inferq and names
+// that pod, that Service, its namespace and the port inferq listens on.
+func TestAdvertiseURLIsThePodsName(t *testing.T) {
+	all := manifests(t)
+	sts, hl := all["StatefulSet"], all["inferq-headless/Service"]
+	name, _ := get(t, hl, "metadata", "name").(string)
+	ns, _ := get(t, hl, "metadata", "namespace").(string)
+	if get(t, sts, "spec", "serviceName") != name {
+		t.Fatalf("StatefulSet serviceName %v, want the headless Service %s", get(t, sts, "spec", "serviceName"), name)
+	}
+	if get(t, hl, "spec", "clusterIP") != "None" || get(t, hl, "spec", "publishNotReadyAddresses") != true {
+		t.Errorf("Service %s: clusterIP %v publishNotReadyAddresses %v, want None and true", name,
+			get(t, hl, "spec", "clusterIP"), get(t, hl, "spec", "publishNotReadyAddresses"))
+	}
+	labels := get(t, sts, "spec", "template", "metadata", "labels").(obj)
+	for k, v := range get(t, hl, "spec", "selector").(obj) {
+		if labels[k] != v {
+			t.Errorf("Service %s selects %s=%v, the pods have %v", name, k, v, labels[k])
+		}
+	}
+	if p := get(t, hl, "spec", "ports", 0); get(t, p, "port") != 8080 || get(t, p, "targetPort") != "http" {
+		t.Errorf("Service %s port %v, want 8080 to the named port http", name, p)
+	}
+
+	// The kubelet expands $(VAR) from the variables defined before it.
+	pod := map[string]string{"metadata.name": "inferq-1", "metadata.namespace": ns}
+	vars := map[string]string{}
+	var advertise string
+	for _, e := range get(t, sts, "spec", "template", "spec", "containers", 0, "env").([]any) {
+		n, _ := get(t, e, "name").(string)
+		v, _ := get(t, e, "value").(string)
+		if f, ok := get(t, e, "valueFrom", "fieldRef", "fieldPath").(string); ok {
+			v = pod[f]
+		}
+		for k, val := range vars {
+			v = strings.ReplaceAll(v, "$("+k+")", val)
+		}
+		vars[n] = v
+		if n == "INFERQ_HTTP_ADVERTISE_URL" {
+			advertise = v
+		}
+	}
+	if want := "http://inferq-1." + name + "." + ns + ".svc:8080"; advertise != want {
+		t.Errorf("pod inferq-1 advertises %q, want %q", advertise, want)
+	}
+	cm := all["ConfigMap"]
+	data, _ := get(t, cm, "data", "inferq.yaml").(string)
+	c, err := models.Parse([]byte(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, port, _ := net.SplitHostPort(c.HTTP.Listen); port != "8080" {
+		t.Errorf("http.listen %s is not on the advertised port 8080", c.HTTP.Listen)
+	}
+	c.HTTP.AdvertiseURL = advertise
+	if err := c.Validate(); err != nil {
+		t.Errorf("the ConfigMap with the pod's advertise_url: %v", err)
 	}
 }
 
@@ -268,7 +344,7 @@ func loopback(listen string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// tokenSecret returns the secretKeyRef the Deployment's container sets
+// tokenSecret returns the secretKeyRef the StatefulSet's container sets
 // INFERQ_HTTP_AUTH_TOKEN from, or nil. An optional one counts as none: the
 // pod would start without a token.
 func tokenSecret(t *testing.T, d obj) obj {
@@ -288,20 +364,20 @@ func tokenSecret(t *testing.T, d obj) obj {
 }
 
 // The HTTP port is open to the cluster only with the bearer token: the
-// Deployment sets it from a Secret, the PodMonitor scrapes with the same
+// StatefulSet sets it from a Secret, the PodMonitor scrapes with the same
 // one, and the probes ask for routes that need none.
 func TestHTTPTokenFromSecret(t *testing.T) {
 	all := manifests(t)
-	ref := tokenSecret(t, all["Deployment"])
+	ref := tokenSecret(t, all["StatefulSet"])
 	if ref == nil {
-		t.Fatal("the Deployment does not set INFERQ_HTTP_AUTH_TOKEN from a (non-optional) Secret")
+		t.Fatal("the StatefulSet does not set INFERQ_HTTP_AUTH_TOKEN from a (non-optional) Secret")
 	}
 	ep := get(t, all["PodMonitor"], "spec", "podMetricsEndpoints", 0)
 	if get(t, ep, "authorization", "type") != "Bearer" || get(t, ep, "authorization", "credentials", "name") != ref["name"] ||
 		get(t, ep, "authorization", "credentials", "key") != ref["key"] {
 		t.Errorf("the PodMonitor's authorization %v is not the Bearer token of Secret %v key %v", get(t, ep, "authorization"), ref["name"], ref["key"])
 	}
-	c := get(t, all["Deployment"], "spec", "template", "spec", "containers", 0)
+	c := get(t, all["StatefulSet"], "spec", "template", "spec", "containers", 0)
 	for _, probe := range []string{"livenessProbe", "readinessProbe", "startupProbe"} {
 		switch p := get(t, c, probe, "httpGet", "path"); p {
 		case "/healthz", "/readyz", "/v2/health/live", "/v2/health/ready":
@@ -341,7 +417,9 @@ func TestImageConfigNamesTheToken(t *testing.T) {
 }
 
 // The result spool is on disk, in a directory the pod can write although
-// its root file system is read-only: data_dir is the data volume's mount.
+// its root file system is read-only: data_dir is the mount of the
+// StatefulSet's per-pod persistent volume (volumeClaimTemplates), not of a
+// volume that dies with the pod, and that volume holds a full spool.
 func TestSpoolOnTheDataVolume(t *testing.T) {
 	cm := manifests(t)["ConfigMap"]
 	data, _ := get(t, cm, "data", "inferq.yaml").(string)
@@ -352,15 +430,45 @@ func TestSpoolOnTheDataVolume(t *testing.T) {
 	if c.Results.Spool != models.SpoolDisk {
 		t.Errorf("results.spool = %q, want disk", c.Results.Spool)
 	}
-	pod := get(t, manifests(t)["Deployment"], "spec", "template", "spec")
-	var mounted bool
+	sts := manifests(t)["StatefulSet"]
+	pod := get(t, sts, "spec", "template", "spec")
+	var volume string
 	for _, m := range get(t, pod, "containers", 0, "volumeMounts").([]any) {
 		if get(t, m, "mountPath") == c.DataDir && get(t, m, "readOnly") != true {
-			mounted = true
+			volume, _ = get(t, m, "name").(string)
 		}
 	}
-	if !mounted {
-		t.Errorf("data_dir %s is not a writable volume mount of the Deployment", c.DataDir)
+	if volume == "" {
+		t.Fatalf("data_dir %s is not a writable volume mount of the StatefulSet", c.DataDir)
+	}
+	vols, _ := get(t, pod, "volumes").([]any)
+	for _, v := range vols {
+		if get(t, v, "name") == volume {
+			t.Errorf("data_dir's volume %s is a pod volume (%v), gone with the pod; want a volumeClaimTemplate", volume, v)
+		}
+	}
+	var claim any
+	for _, v := range get(t, sts, "spec", "volumeClaimTemplates").([]any) {
+		if get(t, v, "metadata", "name") == volume {
+			claim = v
+		}
+	}
+	if claim == nil {
+		t.Fatalf("data_dir's volume %s is no volumeClaimTemplate of the StatefulSet", volume)
+	}
+	if modes := get(t, claim, "spec", "accessModes"); !slices.Contains(modes.([]any), any("ReadWriteOnce")) {
+		t.Errorf("data volume access modes %v, want ReadWriteOnce (one pod per volume)", modes)
+	}
+	size, _ := get(t, claim, "spec", "resources", "requests", "storage").(string)
+	spool := c.Results.SpoolMaxDiskBytes
+	if spool == 0 {
+		spool = 4 << 30 // results' default
+	}
+	if n, ok := strings.CutSuffix(size, "Gi"); !ok || atoi(t, n)<<30 <= spool {
+		t.Errorf("data volume of %q, want more than the spool's bound of %d bytes (in Gi)", size, spool)
+	}
+	if p := get(t, sts, "spec", "persistentVolumeClaimRetentionPolicy", "whenScaled"); p != nil && p != "Retain" {
+		t.Errorf("persistentVolumeClaimRetentionPolicy.whenScaled %v deletes a scaled-down pod's unflushed results; want Retain", p)
 	}
 	for _, p := range []string{"embedded.yaml", "multi-gpu.yaml"} {
 		data, err := os.ReadFile(p)
@@ -443,8 +551,9 @@ func TestScaledObjectUsesTheScaler(t *testing.T) {
 		what string
 		sel  any
 	}{
-		{"the worker Deployment", get(t, all["Deployment"], "spec", "selector", "matchLabels")},
+		{"the worker StatefulSet", get(t, all["StatefulSet"], "spec", "selector", "matchLabels")},
 		{"the worker Service", get(t, all["Service"], "spec", "selector")},
+		{"the worker headless Service", get(t, all["inferq-headless/Service"], "spec", "selector")},
 		{"the PodMonitor", get(t, all["PodMonitor"], "spec", "selector", "matchLabels")},
 	} {
 		matches := true
