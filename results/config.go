@@ -83,6 +83,10 @@ type Config struct {
 	// error; it doubles up to ReplayBackoffMax. Defaults 1 s and 30 s.
 	ReplayBackoff    time.Duration
 	ReplayBackoffMax time.Duration
+	// FlushRetry is that wait once Flush is called, instead of the
+	// growing one, so that a broker back during a stop's flush is met in
+	// time. Default ReplayBackoff.
+	FlushRetry time.Duration
 	// ReplayConcurrency bounds the tasks replayed at once. Default 16.
 	ReplayConcurrency int
 
@@ -113,6 +117,7 @@ func (c *Config) setDefaults() {
 	setDefault(&c.CacheBytes, 256<<20)
 	setDefault(&c.ReplayBackoff, time.Second)
 	setDefault(&c.ReplayBackoffMax, 30*time.Second)
+	setDefault(&c.FlushRetry, c.ReplayBackoff)
 	setDefault(&c.ReplayConcurrency, 16)
 	if c.Now == nil {
 		c.Now = time.Now
@@ -143,7 +148,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: expiry_margin %s must be in [0, expiry)", ErrInvalidConfig, c.ExpiryMargin)
 	case c.MaxResultBytes < 0:
 		return fmt.Errorf("%w: max_result_bytes %d is negative", ErrInvalidConfig, c.MaxResultBytes)
-	case c.RetryBackoff < 0 || c.RemoveWait < 0 || c.ReplayBackoff < 0:
+	case c.RetryBackoff < 0 || c.RemoveWait < 0 || c.ReplayBackoff < 0 || c.FlushRetry < 0:
 		return fmt.Errorf("%w: negative backoff or wait", ErrInvalidConfig)
 	case c.ReplayBackoffMax < c.ReplayBackoff:
 		return fmt.Errorf("%w: replay_backoff_max %s is under replay_backoff %s", ErrInvalidConfig, c.ReplayBackoffMax, c.ReplayBackoff)

@@ -19,7 +19,7 @@ const (
 // waiting. It is the stop of a replica that goes away (a scale-down): the
 // caller stops taking tasks, then flushes before it stops Run and calls
 // Close. Once Flush is called a broker that was away is tried again every
-// ReplayBackoff instead of the growing wait up to ReplayBackoffMax, so a
+// FlushRetry instead of the growing wait up to ReplayBackoffMax, so a
 // broker back during the flush is met in time. Held oversize records (the
 // broker has their substitute) and undeliverable ones are not waited for:
 // they stay in the spool, on disk with a data dir, like the records left
@@ -57,12 +57,12 @@ func (s *Store) Flush(ctx context.Context) error {
 }
 
 // awayWait is Run's wait after a pass that found the broker away: d, or
-// once Flush is called at most ReplayBackoff; a Flush called during the
+// once Flush is called at most FlushRetry; a Flush called during the
 // wait ends it. It returns early when ctx ends.
 func (s *Store) awayWait(ctx context.Context, d time.Duration) {
 	select {
 	case <-s.draining:
-		_ = sleep(ctx, min(d, s.cfg.ReplayBackoff))
+		_ = sleep(ctx, min(d, s.cfg.FlushRetry))
 		return
 	default:
 	}

@@ -10,11 +10,12 @@ import (
 )
 
 // flushStore is a disk-spooled store whose replay, after the broker was
-// away, waits a minute: far longer than the flushes below allow.
+// away, waits a minute (far longer than the flushes below allow) until
+// Flush is called, 5 ms after.
 func flushStore(t *testing.T, fb *fakeBroker, dir string) *Store {
 	cfg := testConfig(fb)
 	cfg.MemoryOnly, cfg.DataDir = false, dir
-	cfg.ReplayBackoff, cfg.ReplayBackoffMax = time.Minute, time.Minute
+	cfg.ReplayBackoff, cfg.ReplayBackoffMax, cfg.FlushRetry = time.Minute, time.Minute, 5*time.Millisecond
 	return newStore(t, cfg)
 }
 

@@ -30,7 +30,7 @@ type Store struct {
 	locks     taskLocks
 	removeSem chan struct{} // bounds removal receives in flight
 	kick      chan struct{} // wakes Run when a record was spooled
-	draining  chan struct{} // closed by Flush: Run retries an away broker every ReplayBackoff
+	draining  chan struct{} // closed by Flush: Run retries an away broker every FlushRetry
 	drainOnce sync.Once
 
 	retries, spooled, replayed, parked atomic.Uint64
