@@ -21,6 +21,18 @@
 // real broker takes such a name and is damaged by it (trap 19); here a
 // client that sends one meets a refusal in its tests instead of nothing.
 //
+// Rules other SDKs meet first, as the real broker answers them (shared
+// KUBEMQ.md traps 15 and 18; rows in conformance_sdk_test.go):
+//   - an events store subscription's client id may hold only [A-Za-z0-9_-]:
+//     else Internal "stan: invalid clientID: only alphanumeric and `-` or
+//     `_` characters allowed", checked before the channel and start policy;
+//   - one open events store subscription per client id, across channels and
+//     groups: a second gets Internal "stan: clientID already registered"
+//     until the first one's stream ends (sends and events subscriptions may
+//     share the id);
+//   - SendQueueMessagesBatch without messages: Unknown "empty messages batch";
+//   - Ping reports the start time (Unix seconds) and the uptime in seconds.
+//
 // Files: server.go (options, lifecycle, Ping), queue_store.go (channels,
 // send, take, settle), queue_stream.go (the queues_stream transactions),
 // queue_strand.go (stranding), queue_rpc.go (legacy queue calls),

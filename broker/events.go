@@ -73,10 +73,7 @@ func (s *Server) SubscribeToEvents(req *pb.Subscribe, stream pb.Kubemq_Subscribe
 		}
 		return psServe(p, &p.events, stream.Context(), req.Channel, req.Group, req.ClientID, stream.Send)
 	case pb.Subscribe_EventsStore:
-		if err := psValidateSubscribe(req, true); err != nil {
-			return psError(err)
-		}
-		return p.serveStore(stream.Context(), req, stream.Send)
+		return p.subscribeStore(stream.Context(), req, stream.Send)
 	default:
 		return psError(psErrSubscribeType)
 	}

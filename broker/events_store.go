@@ -23,9 +23,14 @@ import (
 // Differences from the real broker, on purpose: a group's cursor lives while
 // the group has members (KubeMQ keeps a durable one named after channel and
 // group, so a group that comes back resumes where it was; here it starts
-// again from its start policy); a subscriber is not refused because another
-// one uses the same client id; expired events are removed lazily, when the
+// again from its start policy); expired events are removed lazily, when the
 // channel is next written or subscribed to.
+//
+// Client ids, as the real broker (its NATS Streaming) checks them, before
+// any check but Error 101: only [A-Za-z0-9_-], and one open subscription
+// per client id across every channel and group; the id is free again once
+// that subscription's stream ends. Sending events to the store, and events
+// subscriptions, take any client id.
 
 // storeChannel is one events store channel.
 type storeChannel struct {
@@ -272,6 +277,60 @@ func (c *storeChannel) members() int {
 		n += len(g.members)
 	}
 	return n
+}
+
+// subscribeStore checks an events store subscription the way the real
+// broker does, in its order (client id present, client id characters, client
+// id free, then the channel and start policy), and serves it.
+func (p *pubSub) subscribeStore(ctx context.Context, req *pb.Subscribe, send func(*pb.EventReceive) error) error {
+	if req.ClientID == "" {
+		return psError(psErrClientID)
+	}
+	if !psStoreClientIDValid(req.ClientID) {
+		return psError(psErrStoreClientID)
+	}
+	if !p.claimStoreClient(req.ClientID) {
+		return psError(psErrStoreClientDup)
+	}
+	defer p.releaseStoreClient(req.ClientID)
+	if err := psValidateSubscribe(req, true); err != nil {
+		return psError(err)
+	}
+	return p.serveStore(ctx, req, send)
+}
+
+// psStoreClientIDValid reports whether id is non-empty and made of ASCII
+// letters, digits, '-' and '_' only, as NATS Streaming requires.
+func psStoreClientIDValid(id string) bool {
+	if id == "" {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// claimStoreClient records id as subscribed, or reports false when an open
+// events store subscription already uses it.
+func (p *pubSub) claimStoreClient(id string) bool {
+	p.storeClientsMu.Lock()
+	defer p.storeClientsMu.Unlock()
+	if _, taken := p.storeClients[id]; taken {
+		return false
+	}
+	p.storeClients[id] = struct{}{}
+	return true
+}
+
+// releaseStoreClient frees id for a later subscription.
+func (p *pubSub) releaseStoreClient(id string) {
+	p.storeClientsMu.Lock()
+	defer p.storeClientsMu.Unlock()
+	delete(p.storeClients, id)
 }
 
 // serveStore runs one events store subscription stream: it joins the

@@ -65,6 +65,10 @@ var (
 	psErrRequestType        = errors.New("Error 206: invalid request type")
 	psErrSubscribeType      = errors.New("Error 207: invalid subscribe type")
 	psErrRequestTimeout     = errors.New("Error 301: timeout for request message")
+	// The NATS Streaming errors KubeMQ passes on for an events store
+	// subscription (trap 15), before any of its own checks but Error 101.
+	psErrStoreClientID  = errors.New("stan: invalid clientID: only alphanumeric and `-` or `_` characters allowed")
+	psErrStoreClientDup = errors.New("stan: clientID already registered")
 )
 
 // psError is how the real broker returns its errors: codes.Internal with
@@ -97,6 +101,11 @@ type pubSub struct {
 	storeMu sync.RWMutex
 	stores  map[string]*storeChannel
 
+	// storeClients are the client ids of the open events store
+	// subscriptions, on every channel: one subscription per id at a time.
+	storeClientsMu sync.Mutex
+	storeClients   map[string]struct{}
+
 	pendingMu sync.Mutex
 	pending   map[string]chan *pb.Response // reply channel -> requester
 }
@@ -114,6 +123,7 @@ func newPubSub(opts *Options) *pubSub {
 		memberBuffer: subscriberBuffer,
 		storeBuffer:  storeMemberBuffer,
 		stores:       map[string]*storeChannel{},
+		storeClients: map[string]struct{}{},
 		pending:      map[string]chan *pb.Response{},
 	}
 }

@@ -255,7 +255,9 @@ func TestEventsStoreGroupMemberLeaves(t *testing.T) {
 	s.pubsub.storeBuffer = 4
 	req := &pb.Subscribe{SubscribeTypeData: pb.Subscribe_EventsStore, ClientID: "c", Channel: "es", Group: "g", EventsStoreTypeData: pb.Subscribe_StartFromFirst}
 	_, stopStuck := psSubscribe(t, s, req, make(chan struct{})) // never sends
-	live, _ := psSubscribe(t, s, req, nil)
+	req2 := *req
+	req2.ClientID = "c2" // one open events store subscription per client id
+	live, _ := psSubscribe(t, s, &req2, nil)
 	psSend(t, s, "es", true, psNumbered("e", 20)...)
 	psWait(t, "live member's share", func() bool { return len(live.items()) >= 15 })
 	_ = stopStuck() // its Send fails with the stream's context

@@ -17,10 +17,12 @@ func (s *Server) SendQueueMessage(_ context.Context, m *pb.QueueMessage) (*pb.Se
 }
 
 // SendQueueMessagesBatch stores a batch of queue messages (legacy batch
-// send), one result per message.
+// send), one result per message. An empty batch is refused as by KubeMQ:
+// codes.Unknown "empty messages batch".
 func (s *Server) SendQueueMessagesBatch(_ context.Context, req *pb.QueueMessagesBatchRequest) (*pb.QueueMessagesBatchResponse, error) {
 	if req == nil || len(req.Messages) == 0 {
-		return nil, status.Error(codes.InvalidArgument, "broker: no messages to send")
+		// The real broker's answer, code and text.
+		return nil, status.Error(codes.Unknown, "empty messages batch")
 	}
 	results, haveErrors := s.queues.sendBatch(req.Messages)
 	return &pb.QueueMessagesBatchResponse{BatchID: req.BatchID, Results: results, HaveErrors: haveErrors}, nil

@@ -249,8 +249,8 @@ func TestQueueRawUpstreamAndLegacy(t *testing.T) {
 		t.Errorf("ok.q holds %d messages, want 1", n)
 	}
 
-	if _, err := c.SendQueueMessagesBatch(ctx, &pb.QueueMessagesBatchRequest{}); status.Code(err) != codes.InvalidArgument {
-		t.Errorf("empty batch: %v, want InvalidArgument", err)
+	if _, err := c.SendQueueMessagesBatch(ctx, &pb.QueueMessagesBatchRequest{}); status.Code(err) != codes.Unknown {
+		t.Errorf("empty batch: %v, want Unknown (as KubeMQ)", err)
 	}
 	for _, req := range []*pb.ReceiveQueueMessagesRequest{
 		{ClientID: "c", Channel: "ok.q", MaxNumberOfMessages: 0},

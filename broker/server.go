@@ -84,6 +84,8 @@ type Server struct {
 	serving sync.WaitGroup // Serve goroutines started by Start
 	closed  bool
 	done    chan struct{}
+
+	started time.Time // New's time, for Ping
 }
 
 var _ pb.KubemqServer = (*Server)(nil)
@@ -95,6 +97,7 @@ func New(opts Options) *Server {
 	s := &Server{opts: opts, log: opts.Logger, done: make(chan struct{})}
 	s.queues = newQueueStore(&s.opts)
 	s.pubsub = newPubSub(&s.opts)
+	s.started = time.Now()
 	return s
 }
 
@@ -204,7 +207,14 @@ func (s *Server) Close() error {
 	return nil
 }
 
-// Ping answers the client's health check.
+// Ping answers the client's health check. Like KubeMQ it reports when the
+// server started (Unix seconds; here when New made it, Stop and Start keep
+// it) and its uptime in whole seconds.
 func (s *Server) Ping(ctx context.Context, _ *pb.Empty) (*pb.PingResult, error) {
-	return &pb.PingResult{Host: "inferq-embedded", Version: "inferq-broker", ServerStartTime: 0, ServerUpTimeSeconds: 0}, nil
+	return &pb.PingResult{
+		Host:                "inferq-embedded",
+		Version:             "inferq-broker",
+		ServerStartTime:     s.started.Unix(),
+		ServerUpTimeSeconds: int64(time.Since(s.started) / time.Second),
+	}, nil
 }
