@@ -36,6 +36,14 @@ type Options struct {
 	DefaultMaxReceiveCount int
 	// Logger receives the server's logs. Default: discard.
 	Logger *slog.Logger
+	// AuthToken, when set, is required of every call, Ping included: the
+	// gRPC metadata "authorization" must equal it (where the KubeMQ SDKs
+	// send their auth token). Other calls are refused with Unauthenticated
+	// and KubeMQ's "Error 421: authentication verification failed".
+	AuthToken string
+	// TLS, when its Cert and Key are set, serves gRPC over TLS; its
+	// ClientCA makes it mutual TLS. The files are read at each Start.
+	TLS TLSFiles
 }
 
 func (o *Options) setDefaults() {
@@ -147,16 +155,20 @@ func (s *Server) attach(lis net.Listener) (*grpc.Server, error) {
 	if s.grpc != nil {
 		return nil, ErrServing
 	}
-	g := grpc.NewServer(
+	sec, err := securityOptions(&s.opts)
+	if err != nil {
+		return nil, err
+	}
+	g := grpc.NewServer(append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(s.opts.MaxMessageBytes),
-		grpc.MaxSendMsgSize(s.opts.MaxMessageBytes+(1<<20)),
+		grpc.MaxSendMsgSize(s.opts.MaxMessageBytes + (1 << 20)),
 		// Stop and Close wait for handlers, so that held queue messages
 		// are back in their queues when they return.
 		grpc.WaitForHandlers(true),
-	)
+	}, sec...)...)
 	pb.RegisterKubemqServer(g, s)
 	s.grpc, s.lis, s.addr = g, lis, lis.Addr().String()
-	s.log.Info("broker listening", "addr", s.addr)
+	s.log.Info("broker listening", "addr", s.addr, "tls", s.opts.TLS.Enabled(), "mtls", s.opts.TLS.ClientCA != "", "auth_token", s.opts.AuthToken != "")
 	return g, nil
 }
 

@@ -2,7 +2,6 @@ package mq
 
 import (
 	"context"
-	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"net"
@@ -12,12 +11,12 @@ import (
 	"time"
 
 	"github.com/inferq/inferq/broker"
+	"github.com/inferq/inferq/broker/brokertest"
 	"github.com/inferq/inferq/testcert"
 	pb "github.com/kubemq-io/protobuf/go"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 )
 
@@ -26,7 +25,7 @@ import (
 type testPKI struct {
 	ca                    string // CA certificate file
 	clientCert, clientKey string
-	server                tls.Certificate
+	server                testcert.Leaf
 	pool                  *x509.CertPool
 	otherCA               string // a CA that signed neither
 	otherCert, otherKey   string // a client certificate signed by otherCA
@@ -38,7 +37,7 @@ func newTestPKI(t *testing.T) *testPKI {
 	cli := ca.Client(t, "inferq")
 	other := testcert.NewCA(t, "other CA")
 	intruder := other.Client(t, "intruder")
-	return &testPKI{ca: ca.File, clientCert: cli.CertFile, clientKey: cli.KeyFile, server: ca.Server(t, "broker").TLS,
+	return &testPKI{ca: ca.File, clientCert: cli.CertFile, clientKey: cli.KeyFile, server: ca.Server(t, "broker"),
 		pool: ca.Pool, otherCA: other.File, otherCert: intruder.CertFile, otherKey: intruder.KeyFile}
 }
 
@@ -89,12 +88,9 @@ func dialCfg(t *testing.T, cfg Config) *Conn {
 func TestMutualTLS(t *testing.T) {
 	t.Cleanup(func() { checkNoLeaks(t) })
 	pki := newTestPKI(t)
-	b := broker.New(fastBroker())
-	t.Cleanup(func() { _ = b.Close() })
-	addr := serveKubemq(t, b, grpc.Creds(credentials.NewTLS(&tls.Config{
-		Certificates: []tls.Certificate{pki.server}, ClientCAs: pki.pool,
-		ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12,
-	})))
+	opts := fastBroker()
+	opts.TLS = broker.TLSFiles{Cert: pki.server.CertFile, Key: pki.server.KeyFile, ClientCA: pki.ca}
+	addr := brokertest.NewServer(t, opts).Addr
 	for _, tc := range []struct {
 		name string
 		tls  TLS

@@ -6,6 +6,9 @@
 //	host, port := srv.HostPort()
 //	c, err := queues_stream.NewQueuesStreamClient(ctx, queues_stream.WithAddress(host, port))
 //
+// For inferq's security paths, opts.AuthToken and opts.TLS (certificates
+// from package testcert) make the broker demand a token and (mutual) TLS.
+//
 // Stop and Restart take the broker away and bring it back on the same
 // address, for broker-loss tests. The broker's state lives in memory and
 // survives a Stop/Restart cycle (like a KubeMQ restart with its store):

@@ -3,21 +3,33 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/inferq/inferq/broker"
+	"github.com/spf13/pflag"
 )
 
 func runBroker(ctx context.Context, a *app, args []string) error {
-	fs := a.newFlags("broker", "broker [--listen ADDR]", `Run inferq's embedded broker: an in-process server of the KubeMQ gRPC protocol
+	fs := a.newFlags("broker", "broker [--listen ADDR] [--auth-token-file FILE] [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]", `Run inferq's embedded broker: an in-process server of the KubeMQ gRPC protocol
 subset that kubemq-go v1.9.0 uses (queues, queue streams, events, events store,
 queries). Producers and inferq connect to it as to a KubeMQ broker.
 
 It keeps everything in memory: messages are lost when it stops. It is single
 node, not durable and NOT FOR PRODUCTION; it exists for tests, demos and
-'inferq serve --embedded-broker'. It runs until SIGINT or SIGTERM.`)
+'inferq serve --embedded-broker'. It runs until SIGINT or SIGTERM.
+
+Security, to try inferq's broker.auth_token and broker.tls without a real
+KubeMQ: with an auth token (--auth-token, --auth-token-file or
+$INFERQ_BROKER_AUTH_TOKEN; never printed) every call, Ping included, must
+carry it in the gRPC metadata "authorization", as the KubeMQ SDKs send it;
+others are refused with Unauthenticated. --tls-cert and --tls-key serve TLS;
+--tls-client-ca also requires a client certificate signed by that CA (mTLS).`)
 	listen := fs.String("listen", "127.0.0.1:50000", "address to serve gRPC on (host:port)")
 	retention := fs.Duration("retention", 24*time.Hour, "how long events store messages are kept")
+	var sf brokerSecurityFlags
+	sf.register(fs)
 	var lf logFlags
 	lf.register(fs)
 	if err := parse(fs, args); err != nil {
@@ -30,12 +42,80 @@ node, not durable and NOT FOR PRODUCTION; it exists for tests, demos and
 	if err != nil {
 		return err
 	}
-	srv := broker.New(broker.Options{Retention: *retention, Logger: log})
+	token, files, err := sf.resolve(a.getenv)
+	if err != nil {
+		return err
+	}
+	srv := broker.New(broker.Options{Retention: *retention, Logger: log, AuthToken: token, TLS: files})
 	if err := srv.Start(*listen); err != nil {
 		return err
 	}
-	fmt.Fprintf(a.stdout, "embedded KubeMQ-protocol broker listening on %s (in memory, not for production); Ctrl-C stops it\n", srv.Addr())
+	fmt.Fprintf(a.stdout, "embedded KubeMQ-protocol broker listening on %s (in memory, not for production%s); Ctrl-C stops it\n", srv.Addr(), security(token, files))
 	<-ctx.Done()
 	log.Info("broker stopping")
 	return srv.Close()
+}
+
+// security describes the broker's token and TLS for its start line, without
+// the token.
+func security(token string, files broker.TLSFiles) string {
+	var parts []string
+	switch {
+	case files.ClientCA != "":
+		parts = append(parts, "mutual TLS")
+	case files.Enabled():
+		parts = append(parts, "TLS")
+	}
+	if token != "" {
+		parts = append(parts, "auth token required")
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return ", " + strings.Join(parts, ", ")
+}
+
+// brokerSecurityFlags are the embedded broker's token and TLS flags.
+type brokerSecurityFlags struct {
+	token, tokenFile string
+	cert, key, ca    string
+}
+
+func (f *brokerSecurityFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&f.token, "auth-token", "", "token every call must carry in metadata authorization (default $INFERQ_BROKER_AUTH_TOKEN; prefer --auth-token-file: a flag shows in ps)")
+	fs.StringVar(&f.tokenFile, "auth-token-file", "", "file holding the auth token (surrounding white space trimmed)")
+	fs.StringVar(&f.cert, "tls-cert", "", "serve TLS with this certificate (PEM; with --tls-key)")
+	fs.StringVar(&f.key, "tls-key", "", "the private key of --tls-cert (PEM)")
+	fs.StringVar(&f.ca, "tls-client-ca", "", "require client certificates signed by this CA (PEM): mutual TLS; needs --tls-cert and --tls-key")
+}
+
+// resolve returns the token (flag, file, then $INFERQ_BROKER_AUTH_TOKEN)
+// and the TLS files, refusing half a configuration with the flag's name.
+func (f *brokerSecurityFlags) resolve(getenv func(string) string) (string, broker.TLSFiles, error) {
+	files := broker.TLSFiles{Cert: f.cert, Key: f.key, ClientCA: f.ca}
+	switch {
+	case f.cert != "" && f.key == "":
+		return "", files, usageErrorf("--tls-cert needs --tls-key")
+	case f.key != "" && f.cert == "":
+		return "", files, usageErrorf("--tls-key needs --tls-cert")
+	case f.ca != "" && f.cert == "":
+		return "", files, usageErrorf("--tls-client-ca needs --tls-cert and --tls-key")
+	}
+	if f.token != "" && f.tokenFile != "" {
+		return "", files, usageErrorf("--auth-token and --auth-token-file are exclusive")
+	}
+	token := f.token
+	if f.tokenFile != "" {
+		b, err := os.ReadFile(f.tokenFile)
+		if err != nil {
+			return "", files, fmt.Errorf("--auth-token-file: %w", err)
+		}
+		if token = strings.TrimSpace(string(b)); token == "" {
+			return "", files, fmt.Errorf("--auth-token-file: %s is empty", f.tokenFile)
+		}
+	}
+	if token == "" {
+		token = getenv("INFERQ_BROKER_AUTH_TOKEN")
+	}
+	return token, files, nil
 }
