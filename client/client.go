@@ -47,11 +47,14 @@ type Client struct {
 	once   sync.Once
 	wg     sync.WaitGroup
 
-	live      chan struct{} // closed when no record sent from now on can be missed
-	liveOnce  sync.Once
-	nonce     string
-	probeMu   sync.Mutex
-	probeErr  error  // the last probe's failure
+	live     chan struct{} // closed when no record sent from now on can be missed
+	liveOnce sync.Once
+	nonce    string
+	probeMu  sync.Mutex
+	probeErr error // the last probe's failure
+	// refused is closed when the broker refused the Client's credentials
+	// (mq.ErrUnauthorized): Ready fails at once from then on.
+	refused   chan struct{}
 	cursor    uint64 // last written to CursorFile; dispatcher only
 	cursorErr error  // last cursor write failure; dispatcher only
 }
@@ -80,14 +83,15 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("client: %w", err)
 	}
 	c := &Client{
-		cfg:    cfg,
-		log:    cfg.Logger.With("reply_channel", cfg.ReplyChannel),
-		conn:   conn,
-		tab:    newTable(cfg.MaxUnclaimed, cfg.DedupWindow, cfg.UnclaimedTTL),
-		closed: make(chan struct{}),
-		live:   make(chan struct{}),
-		nonce:  task.NewID(),
-		cursor: max(start, 1) - 1,
+		cfg:     cfg,
+		log:     cfg.Logger.With("reply_channel", cfg.ReplyChannel),
+		conn:    conn,
+		tab:     newTable(cfg.MaxUnclaimed, cfg.DedupWindow, cfg.UnclaimedTTL),
+		closed:  make(chan struct{}),
+		live:    make(chan struct{}),
+		refused: make(chan struct{}),
+		nonce:   task.NewID(),
+		cursor:  max(start, 1) - 1,
 	}
 	c.life, c.stop = context.WithCancel(context.WithoutCancel(ctx))
 	events, err := conn.SubscribeEventsStore(c.life, cfg.ReplyChannel, "", start)
@@ -136,7 +140,8 @@ func (c *Client) setLive() { c.liveOnce.Do(func() { close(c.live) }) }
 // delivered one of the Client's probe events on its reply channel, which
 // also proves the broker answers. Enqueue waits for it too. On ctx's end it
 // returns an error wrapping ErrNotReady, the last probe failure (such as
-// mq.ErrUnavailable) and ctx's error.
+// mq.ErrUnavailable) and ctx's error; at once, wrapping ErrNotReady and
+// mq.ErrUnauthorized, once the broker refused the Client's credentials.
 func (c *Client) Ready(ctx context.Context) error {
 	select {
 	case <-c.live:
@@ -148,6 +153,11 @@ func (c *Client) Ready(ctx context.Context) error {
 		return nil
 	case <-c.closed:
 		return ErrClosed
+	case <-c.refused:
+		c.probeMu.Lock()
+		perr := c.probeErr
+		c.probeMu.Unlock()
+		return fmt.Errorf("%w on %s at %s: %w", ErrNotReady, c.cfg.ReplyChannel, c.cfg.Broker.Address, perr)
 	case <-ctx.Done():
 		c.probeMu.Lock()
 		perr := c.probeErr
@@ -160,7 +170,8 @@ func (c *Client) Ready(ctx context.Context) error {
 }
 
 // probe sends probe events to the reply channel, with backoff, until one
-// comes back through the subscription or the Client closes.
+// comes back through the subscription, the broker refuses the Client's
+// credentials, or the Client closes.
 func (c *Client) probe() {
 	body := []byte(`{"probe":"` + c.nonce + `"}`)
 	tags := map[string]string{tagProbe: c.nonce}
@@ -172,6 +183,11 @@ func (c *Client) probe() {
 		c.probeMu.Lock()
 		c.probeErr = err
 		c.probeMu.Unlock()
+		if errors.Is(err, mq.ErrUnauthorized) {
+			c.log.Error("the broker refused the client's credentials (broker.auth_token)", "err", err)
+			close(c.refused)
+			return
+		}
 		if err != nil && c.life.Err() == nil {
 			c.log.Debug("client reply probe failed", "err", err)
 		}

@@ -23,6 +23,11 @@ var (
 	// (ResourceExhausted), or Send refused it locally before it could tear
 	// the upstream stream down (trap 10).
 	ErrTooLarge = errors.New("mq: message too large")
+	// ErrUnauthorized means the broker refused the connection's
+	// credentials (gRPC Unauthenticated or PermissionDenied, KubeMQ's
+	// "Error 421: authentication verification failed"). Retrying with the
+	// same token cannot help.
+	ErrUnauthorized = errors.New("mq: broker refused the credentials")
 	// ErrClosed means the Conn, Sender or Poller was closed.
 	ErrClosed = errors.New("mq: closed")
 	// ErrTimeout means a query found no responder in its timeout (the
@@ -61,7 +66,7 @@ func classify(op string, err error) error {
 
 // kindOf returns the sentinel err belongs to, or nil.
 func kindOf(err error) error {
-	for _, s := range []error{ErrUnavailable, ErrTooLarge, ErrClosed, ErrTimeout, ErrAlreadySettled, ErrNotSettleable, ErrRefused} {
+	for _, s := range []error{ErrUnavailable, ErrUnauthorized, ErrTooLarge, ErrClosed, ErrTimeout, ErrAlreadySettled, ErrNotSettleable, ErrRefused} {
 		if errors.Is(err, s) {
 			return s
 		}
@@ -75,6 +80,8 @@ func kindOf(err error) error {
 			return ErrUnavailable
 		case codes.ResourceExhausted:
 			return ErrTooLarge
+		case codes.Unauthenticated, codes.PermissionDenied:
+			return ErrUnauthorized
 		case codes.Canceled, codes.DeadlineExceeded:
 			return nil
 		}
@@ -89,6 +96,8 @@ func textKind(msg string) error {
 	switch {
 	case strings.Contains(m, "error 301"), strings.Contains(m, "timeout for request"):
 		return ErrTimeout
+	case strings.Contains(m, "error 421"), strings.Contains(m, "authentication verification failed"):
+		return ErrUnauthorized
 	case refusedName(m):
 		return ErrRefused
 	case strings.Contains(m, "resourceexhausted"), strings.Contains(m, "larger than max"),

@@ -76,8 +76,8 @@ func TestWorkerServesThroughTokenAndMutualTLS(t *testing.T) {
 		t.Fatalf("record %+v, err %v", rec, err)
 	}
 
-	// The client retries a refusal as a broker away until its context
-	// ends; the refusal stays in its error.
+	// The client takes the refusal for what it is (mq.ErrUnauthorized)
+	// and fails at once; the broker's status stays in its error.
 	ictx, icancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer icancel()
 	intruder, err := client.New(ictx, client.Config{Broker: conn("intruder", "wrong", "intruder"), Identity: "intruder"})
