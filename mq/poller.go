@@ -510,7 +510,12 @@ func (p *Poller) drain() {
 	case <-drained:
 		return
 	case <-t.C:
-		p.log.Warn("mq poller drain timeout, unsettled messages go back to the queue", "in_flight", p.InFlight())
+		if n := p.InFlight(); n > 0 {
+			p.log.Warn("mq poller drain timeout, unsettled messages go back to the queue", "in_flight", n)
+		} else {
+			// Everything was settled; a stream client is still closing.
+			p.log.Info("mq poller drain timeout with every message settled; closing the stream clients now")
+		}
 	case <-p.c.life.Done():
 	}
 	close(p.hardStop)
