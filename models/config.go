@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/inferq/inferq/task"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -547,6 +548,11 @@ func checkChannel(name string) string {
 		return fmt.Sprintf("is %d characters long; the limit is %d", len(name), maxNameLen)
 	case strings.ContainsAny(name, " \t\r\n*>"):
 		return fmt.Sprintf("%q contains whitespace or a wildcard (* or >)", name)
+	case task.CheckName("", name) != nil:
+		// The rule producers' names follow (task.CheckName): the broker
+		// reads ':' and ';' as routing, refuses a leading, trailing or
+		// doubled '.', and is damaged by control characters.
+		return fmt.Sprintf("%q is not a channel name the broker keeps whole: use ASCII letters, digits, '-', '_' and '.' (not first, last or doubled)", name)
 	}
 	return ""
 }
