@@ -199,6 +199,9 @@ func TestManyTasksBatched(t *testing.T) {
 	for i, rec := range recs {
 		checkMLP(t, ids[i], rec)
 	}
+	// The worker stores a record before it acks the message, so the
+	// last acks may land just after the last record arrived.
+	waitFor(t, 5*time.Second, fmt.Sprintf("the worker to ack all %d tasks", n), func() bool { return w.Handled() >= n })
 	if w.Handled() != n {
 		t.Errorf("worker handled %d", w.Handled())
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/inferq/inferq/mq"
+	"github.com/inferq/inferq/task"
 )
 
 // Defaults of Config, and the channel names inferq serves by default.
@@ -90,11 +91,16 @@ func (c *Config) Validate() error {
 	if c.Identity == "" {
 		return errors.New("client: config: Identity is required (a stable producer name)")
 	}
-	if !validName(c.Identity) {
-		return fmt.Errorf("client: config: Identity %q: letters, digits, '.', '-' and '_' only", c.Identity)
+	// Workers refuse a task whose reply_to breaks task.CheckName (it goes
+	// to the unprocessable queue): refuse such a Config here instead.
+	if err := task.CheckName("Identity", c.Identity); err != nil {
+		return fmt.Errorf("client: config: %w", err)
 	}
 	if c.ReplyChannel == "" {
 		c.ReplyChannel = DefaultReplyPrefix + c.Identity
+	}
+	if err := task.CheckName("ReplyChannel", c.ReplyChannel); err != nil {
+		return fmt.Errorf("client: config: %w", err)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -131,17 +137,4 @@ func setDefault[T int | time.Duration](v *T, def T) {
 	if *v <= 0 {
 		*v = def
 	}
-}
-
-// validName reports whether s is a plain channel name fragment: no
-// wildcards or spaces, which KubeMQ would read as patterns or refuse.
-func validName(s string) bool {
-	for _, r := range s {
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '-', r == '_':
-		default:
-			return false
-		}
-	}
-	return s != ""
 }
