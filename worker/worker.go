@@ -185,40 +185,44 @@ func resultSettings(ms []consumer.Model, log *slog.Logger) models.Result {
 	return r0
 }
 
+// storeMetrics are the result store's metrics, each read from its Stats.
+var storeMetrics = []struct {
+	name, help string
+	counter    bool
+	value      func(results.Stats) float64
+}{
+	{"inferq_result_store_retries_total", "Broker writes of result records that were retried.", true,
+		func(s results.Stats) float64 { return float64(s.Retries) }},
+	{"inferq_result_spool_entries", "Result records waiting in the spool for the broker.", false,
+		func(s results.Stats) float64 { return float64(s.Pending) }},
+	{"inferq_result_spool_full", "1 while the result spool is full: no new tasks are taken.", false,
+		func(s results.Stats) float64 { return b2f(s.Full) }},
+	{"inferq_result_spool_memory_only", "Spooled result records in memory only (no disk spool, or the disk refused them).", false,
+		func(s results.Stats) float64 { return float64(s.MemoryOnly) }},
+	{"inferq_result_spool_undeliverable", "Result records the broker refused for good, kept for /v1/tasks/{id}.", false,
+		func(s results.Stats) float64 { return float64(s.Undeliverable) }},
+	{"inferq_result_store_undeliverable_total", "Result records the broker refused for good.", true,
+		func(s results.Stats) float64 { return float64(s.Parked) }},
+	{"inferq_result_spool_disk_errors_total", "Failed reads and writes of the disk result spool.", true,
+		func(s results.Stats) float64 { return float64(s.DiskErrors) }},
+	{"inferq_result_spool_lost_total", "Spooled result records lost to a corrupt or missing spool file.", true,
+		func(s results.Stats) float64 { return float64(s.Dropped) }},
+	{"inferq_result_spool_evicted_total", "Whole oversize records (the broker holds their substitute) dropped to make room.", true,
+		func(s results.Stats) float64 { return float64(s.Evicted) }},
+}
+
 func (w *Worker) registerStoreMetrics() error {
 	store := w.store
-	stat := func(f func(results.Stats) float64) func() float64 { return func() float64 { return f(store.Stats()) } }
-	for _, c := range []prometheus.Collector{
-		prometheus.NewCounterFunc(
-			prometheus.CounterOpts{Name: "inferq_result_store_retries_total", Help: "Broker writes of result records that were retried."},
-			stat(func(s results.Stats) float64 { return float64(s.Retries) })),
-		prometheus.NewGaugeFunc(
-			prometheus.GaugeOpts{Name: "inferq_result_spool_entries", Help: "Result records waiting in the spool for the broker."},
-			stat(func(s results.Stats) float64 { return float64(s.Pending) })),
-		prometheus.NewGaugeFunc(
-			prometheus.GaugeOpts{Name: "inferq_result_spool_full", Help: "1 while the result spool is full: no new tasks are taken."},
-			func() float64 { return b2f(store.Full()) }),
-		prometheus.NewGaugeFunc(
-			prometheus.GaugeOpts{Name: "inferq_result_spool_memory_only", Help: "Spooled result records in memory only (no disk spool, or the disk refused them)."},
-			stat(func(s results.Stats) float64 { return float64(s.MemoryOnly) })),
-		prometheus.NewGaugeFunc(
-			prometheus.GaugeOpts{Name: "inferq_result_spool_undeliverable", Help: "Result records the broker refused for good, kept for /v1/tasks/{id}."},
-			stat(func(s results.Stats) float64 { return float64(s.Undeliverable) })),
-		prometheus.NewCounterFunc(
-			prometheus.CounterOpts{Name: "inferq_result_store_undeliverable_total", Help: "Result records the broker refused for good."},
-			stat(func(s results.Stats) float64 { return float64(s.Parked) })),
-		prometheus.NewCounterFunc(
-			prometheus.CounterOpts{Name: "inferq_result_spool_disk_errors_total", Help: "Failed reads and writes of the disk result spool."},
-			stat(func(s results.Stats) float64 { return float64(s.DiskErrors) })),
-		prometheus.NewCounterFunc(
-			prometheus.CounterOpts{Name: "inferq_result_spool_lost_total", Help: "Spooled result records lost to a corrupt or missing spool file."},
-			stat(func(s results.Stats) float64 { return float64(s.Dropped) })),
-		prometheus.NewCounterFunc(
-			prometheus.CounterOpts{Name: "inferq_result_spool_evicted_total", Help: "Whole oversize records (the broker holds their substitute) dropped to make room."},
-			stat(func(s results.Stats) float64 { return float64(s.Evicted) })),
-	} {
+	for _, m := range storeMetrics {
+		read := func() float64 { return m.value(store.Stats()) }
+		var c prometheus.Collector
+		if m.counter {
+			c = prometheus.NewCounterFunc(prometheus.CounterOpts{Name: m.name, Help: m.help}, read)
+		} else {
+			c = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: m.name, Help: m.help}, read)
+		}
 		if err := w.cfg.Registry.Register(c); err != nil {
-			return fmt.Errorf("result store metrics: %w", err)
+			return fmt.Errorf("result store metric %s: %w", m.name, err)
 		}
 	}
 	return nil
