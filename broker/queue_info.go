@@ -17,6 +17,11 @@ type QueueState struct {
 	Delayed []*pb.QueueMessage
 	// InFlight counts the messages held by open poll transactions.
 	InFlight int
+	// Open counts the poll transactions holding messages now: on KubeMQ
+	// each one is a member of the queue's NATS Streaming queue group, and
+	// one completing while another is open strands messages in it
+	// (queue_strand.go).
+	Open int
 	// Sent counts the messages ever stored in the channel (NAcks count
 	// again); Delivered the deliveries.
 	Sent, Delivered int64
@@ -31,7 +36,7 @@ func (s *Server) QueueSnapshot(name string) QueueState {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	st := QueueState{InFlight: q.inflight, Sent: q.sent, Delivered: q.delivered}
+	st := QueueState{InFlight: q.inflight, Open: len(q.open), Sent: q.sent, Delivered: q.delivered}
 	for i := 0; i < q.ready.len(); i++ {
 		st.Waiting = append(st.Waiting, cloneMessage(q.ready.at(i)))
 	}

@@ -11,7 +11,7 @@
 //
 // The package behaves the same against every broker: the embedded one
 // (package broker) strands messages in partly settled polls as KubeMQ does
-// (trap 13), so the Poller's quiesce and re-count run in tests as in
+// (trap 13), so the Poller's one batch at a time and re-count run in tests as in
 // production. While the broker is away, pollers and subscriptions retry with
 // one backoff (github.com/cenkalti/backoff/v5, Config.RetryMin/RetryMax) and
 // log a repeated warning at most once per Config.LogRepeatEvery (package

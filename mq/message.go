@@ -168,6 +168,7 @@ func (t *txn) settle(op int, channel string, seq int64) error {
 // drop counts a message given back without a settlement (the stream close
 // returns it uncounted).
 func (t *txn) drop() {
+	t.pc.leftOpen.Store(true)
 	t.mu.Lock()
 	t.open--
 	last := t.open == 0

@@ -32,7 +32,8 @@ type PollerConfig struct {
 	// Default 32.
 	MaxItems int
 	// MaxInFlight caps the messages handed to Deliver and not yet settled;
-	// at the cap the Poller stops polling. Default 4 x MaxItems.
+	// at the cap the Poller stops polling. Default 4 x MaxItems. Batches
+	// overlap only as the Poller allows (see Poller).
 	MaxInFlight int
 	// PeekWait is how long one idle watch (legacy peek) waits for a
 	// message, in whole seconds. Default 1 s.
@@ -59,7 +60,7 @@ type PollerConfig struct {
 	// call of the Poller before Up reports false. A frozen broker (a
 	// SIGSTOP, a hung host) fails nothing: its connections stay open and
 	// calls just wait. While the Poller has no reason to call the broker
-	// (it waits for room under MaxInFlight, or for Deliver) it pings it as
+	// (it waits for its batch to be settled, or for Deliver) it pings it as
 	// often as the idle watch would peek, so a quiet queue or a slow model
 	// is not taken for a silent broker. It must exceed PeekWait and
 	// PollWait. Default 2 x the longer of them + the Conn's CallTimeout
@@ -121,8 +122,31 @@ type PollerStats struct {
 // from the pipeline behind it). An idle queue is watched with the legacy
 // peek (no stream poll waits on an empty queue, trap 11); when messages are
 // there it stream-polls at most as many as are ready (see ready), capped by
-// MaxItems and the room under MaxInFlight, with AutoAck off. The messages
-// of one poll are settled on the broker together (see Message).
+// MaxItems, with AutoAck off. The messages of one poll are settled on the
+// broker together (see Message).
+//
+// Its batches overlap only while that strands nothing for long. On KubeMQ
+// each open poll transaction is a member of the queue's NATS Streaming
+// queue group, and the settlements that complete one make room in it that
+// the broker fills with the next messages of the queue, seen by no poll
+// (trap 13); closing it moves them to another open member, where they wait
+// for that one to close. Batches that keep overlapping pass them on from
+// member to member for as long as the load lasts: measured on KubeMQ
+// v2.4.0, a 110k-task flood with up to four batches of one poller open at
+// once left 1,900 tasks unsettled after 10 minutes and delivered others up
+// to 10 times (786 ran twice). So once a batch of the Poller completes
+// while another of its batches is open (it may have stranded messages
+// there), the Poller polls again only when none is open: the closing batches
+// give what they stranded back to the queue, and the next poll and count
+// see it. A batch completing alone strands nothing for long (with no other
+// member open, what it stranded goes back at once), and while no batch has
+// completed the open ones hold nothing stranded: new polls may overlap
+// them, so a long task does not hold up the next ones. Several replicas on
+// one queue still overlap each other's batches (trap 12): RecycleEvery
+// bounds that, and issue 12's fleet bench measures it. A batch with a
+// message given back (GiveBack) stays open on the broker until its client
+// closes, so the Poller changes clients, and waits for the close, before
+// its next poll.
 // It recycles its stream client every RecycleAfter polls, retries with
 // backoff while the broker is away and reports up/down through OnState.
 //
@@ -136,6 +160,9 @@ type Poller struct {
 	mu       sync.Mutex
 	inflight int           // delivered and not settled
 	held     int           // in batches not completely settled: still held on the broker
+	// overlapped: a batch completed while another was open; no poll
+	// until held is 0 (see Poller).
+	overlapped bool
 	room     chan struct{} // signalled when a message is settled
 	maxSeq   uint64        // highest sequence received; Run's goroutine only
 
@@ -287,11 +314,10 @@ func (l *loop) prepareNext() {
 	}()
 }
 
-// step is one turn of the loop: wait for room under MaxInFlight, watch the
-// queue while nothing is known to be waiting, then poll what is.
+// step is one turn of the loop: wait for the last batch to be settled,
+// watch the queue while nothing is known to be waiting, then poll what is.
 func (l *loop) step() {
-	room := l.p.free()
-	if room <= 0 {
+	if !l.p.mayPoll() {
 		l.waitRoom()
 		return
 	}
@@ -301,25 +327,27 @@ func (l *loop) step() {
 			return
 		}
 	}
+	l.retireLeftOpen()
 	if !l.useClient() {
 		return
 	}
-	ask := l.askSize(room)
+	ask := l.askSize(l.p.free())
 	if ask <= 0 {
 		return
 	}
 	l.pollOnce(ask)
 }
 
-// free is how many more messages may be handed out under MaxInFlight.
-func (p *Poller) free() int {
+// mayPoll reports whether the Poller may poll now: under MaxInFlight, and
+// with no batch open when one completed while another was (see Poller).
+func (p *Poller) mayPoll() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.cfg.MaxInFlight - p.inflight
+	return p.inflight < p.cfg.MaxInFlight && (p.held == 0 || !p.overlapped)
 }
 
 // waitRoom waits for a settlement (backpressure: no poll while MaxInFlight
-// messages are out).
+// messages are out, or while overlapping batches close).
 func (l *loop) waitRoom() {
 	l.p.parked.Store(true)
 	defer l.p.parked.Store(false)
@@ -337,6 +365,26 @@ func (l *loop) retireIdleClient() {
 		l.p.retire(l.cur)
 		l.p.recycles.Add(1)
 		l.cur = nil
+	}
+}
+
+// retireLeftOpen changes clients when the current one has a batch that a
+// GiveBack left open on the broker (see Poller): closing the client gives
+// the message back, and the next poll waits for that close so as not to
+// overlap the batch (GiveBack is rare: a task caught by a shutdown).
+func (l *loop) retireLeftOpen() {
+	pc := l.cur
+	if pc == nil || !pc.leftOpen.Load() {
+		return
+	}
+	l.p.retire(pc)
+	l.p.recycles.Add(1)
+	l.cur = nil
+	l.p.parked.Store(true)
+	defer l.p.parked.Store(false)
+	select {
+	case <-pc.closed:
+	case <-l.ctx.Done():
 	}
 }
 
@@ -372,26 +420,25 @@ func (l *loop) useClient() bool {
 	}
 }
 
+// free is how many more messages may be handed out under MaxInFlight.
+func (p *Poller) free() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cfg.MaxInFlight - p.inflight
+}
+
 // askSize is how many messages the next poll asks for: what is known to be
-// waiting, capped by MaxItems and room; 0 to watch (peek) instead. For the
-// tail of what is known it first waits for the Poller's open batches
-// (quiesce) and re-counts, so that messages stranded meanwhile (trap 13)
-// are not asked for. A count of one is peeked first: that message may be
-// stranded in one of our open batches, and a poll for it would wait its
-// whole PollWait holding one of the broker's poll slots (traps 2, 11); the
-// peek sees it at once when it is there.
+// waiting, capped by MaxItems and room; 0 to watch (peek) instead. A count of one is
+// peeked first: that message may be one that the last batch stranded on
+// its way back to the queue, and a poll for it would wait its whole
+// PollWait holding one of the broker's poll slots (traps 2, 11); the peek
+// sees it at once when it is there.
 func (l *loop) askSize(room int) int {
-	p := l.p
-	ask := min(l.known, p.cfg.MaxItems, room)
-	if ask > 1 && l.known-ask < p.cfg.MaxItems && p.quiesce(l.ctx) {
-		l.count()
-		ask = min(l.known, p.cfg.MaxItems, room)
-	}
 	if l.known <= 0 || l.known == 1 && l.counted {
 		l.known = 0
 		return 0
 	}
-	return ask
+	return min(l.known, l.p.cfg.MaxItems, room)
 }
 
 // count sets known from the broker's count (see ready).
@@ -520,43 +567,6 @@ func (p *Poller) drain() {
 	}
 	close(p.hardStop)
 	<-drained
-}
-
-// quiesce waits, up to PollWait (the most an over-asking poll would cost),
-// until no batch of the Poller is open on the broker, and reports whether
-// it waited at all. On the real broker each open batch is a member of the
-// queue's NATS Streaming queue group. The final settlement of a batch frees
-// room in its subscription just before closing it, and messages pushed into
-// it in that window move to another member, with a redelivery in 100 ms,
-// or, when that member is a full open batch, stay there until it completes:
-// measured, the last poll of a 300-message burst asked for the 12 messages
-// it had counted and got none after the whole WaitTimeout, while 18 batches
-// completed around it. With no other batch open they go back to the
-// group and to the next poll at once. Polls that leave at least MaxItems
-// known behind fill from the rest and need no wait; polls of one follow a
-// peek that saw the message.
-func (p *Poller) quiesce(ctx context.Context) bool {
-	p.mu.Lock()
-	held := p.held
-	p.mu.Unlock()
-	if held == 0 {
-		return false
-	}
-	t := time.NewTimer(p.cfg.PollWait)
-	defer t.Stop()
-	for held > 0 {
-		select {
-		case <-p.room:
-		case <-t.C:
-			return true
-		case <-ctx.Done():
-			return true
-		}
-		p.mu.Lock()
-		held = p.held
-		p.mu.Unlock()
-	}
-	return true
 }
 
 // peek watches the idle queue: a legacy peek for one message, waiting up

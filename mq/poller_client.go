@@ -24,10 +24,15 @@ type pollClient struct {
 	retired bool
 	idle    chan struct{} // closed when retired and out == 0
 	closing atomic.Bool   // set just before the SDK client is closed
+	// leftOpen is set when a message it delivered was given back
+	// (GiveBack): that batch stays open on the broker until the client
+	// closes.
+	leftOpen atomic.Bool
+	closed   chan struct{} // closed once the SDK client is closed
 }
 
 func (p *Poller) newPollClient(sc *streamClient) *pollClient {
-	return &pollClient{poller: p, sc: sc, txns: map[*txn]struct{}{}, idle: make(chan struct{}), since: time.Now()}
+	return &pollClient{poller: p, sc: sc, txns: map[*txn]struct{}{}, idle: make(chan struct{}), closed: make(chan struct{}), since: time.Now()}
 }
 
 // release counts one message of t settled (or given up); last: it was the
@@ -40,6 +45,9 @@ func (pc *pollClient) release(t *txn, last bool) {
 	if last {
 		delete(pc.txns, t)
 		p.held -= len(t.resp.Messages)
+		// Completing while another batch is open may strand messages
+		// in it (see Poller); once none is open they are back.
+		p.overlapped = p.held > 0
 	}
 	if pc.retired && pc.out == 0 {
 		close(pc.idle)
@@ -83,6 +91,7 @@ func (p *Poller) retire(pc *pollClient) {
 		}
 		pc.closing.Store(true)
 		pc.sc.close()
+		close(pc.closed)
 	}()
 }
 
