@@ -158,13 +158,13 @@ type Poller struct {
 	warn *lograte.Limiter // repeated warnings (outages, failing settlements)
 
 	mu       sync.Mutex
-	inflight int           // delivered and not settled
-	held     int           // in batches not completely settled: still held on the broker
+	inflight int // delivered and not settled
+	held     int // in batches not completely settled: still held on the broker
 	// overlapped: a batch completed while another was open; no poll
 	// until held is 0 (see Poller).
 	overlapped bool
-	room     chan struct{} // signalled when a message is settled
-	maxSeq   uint64        // highest sequence received; Run's goroutine only
+	room       chan struct{} // signalled when a message is settled
+	maxSeq     uint64        // highest sequence received; Run's goroutine only
 
 	up      atomic.Bool
 	stateMu sync.Mutex
