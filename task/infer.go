@@ -99,3 +99,31 @@ func ParseInfer(body []byte, headerLen string, lim Limits) (*Task, error) {
 func isJSONValue(raw json.RawMessage) bool {
 	return len(raw) > 0 && !bytes.Equal(raw, []byte("null"))
 }
+
+// RawTensor is one input of an infer request whose tensor data arrived
+// outside JSON (the Open Inference Protocol over gRPC): the datatype and
+// shape as the request gives them, and the raw little-endian row-major
+// data of the binary form (BYTES: per element a 4-byte little-endian
+// length and the bytes).
+type RawTensor struct {
+	Name     string
+	Datatype string
+	Shape    []int64
+	Data     []byte
+}
+
+// NewInfer returns the Task of an infer request that arrived as tensors,
+// for Task.Inputs to check against a model exactly as it checks the binary
+// form's tensors (datatype, shape, element limit, size). id is the
+// request's id ("" for none); outputs and binaryOutputs are as ParseInfer
+// sets them; size is the request's size in bytes. The Task aliases the
+// inputs' data.
+func NewInfer(id string, inputs []RawTensor, outputs []OutputRequest, binaryOutputs bool, size int, lim Limits) *Task {
+	lim = lim.withDefaults()
+	t := &Task{ID: id, Attempt: 1, Size: size, Outputs: outputs, BinaryOutputs: binaryOutputs,
+		maxElems: lim.MaxTensorElements, inputsPath: "inputs", wire: make([]wireTensor, len(inputs))}
+	for i, in := range inputs {
+		t.wire[i] = wireTensor{name: in.Name, dtName: in.Datatype, shape: in.Shape, hasShape: true, binSize: -1, raw: in.Data, hasRaw: true}
+	}
+	return t
+}
