@@ -141,7 +141,7 @@ func serveGRPC(t *testing.T, c consumer.GRPCConfig) func(opts ...grpc.DialOption
 	t.Cleanup(gs.Stop)
 	return func(opts ...grpc.DialOption) pb.GRPCInferenceServiceClient {
 		opts = append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256 << 20), grpc.MaxCallSendMsgSize(256<<20))}, opts...)
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20), grpc.MaxCallSendMsgSize(256<<20))}, opts...)
 		cc, err := grpc.NewClient(lis.Addr().String(), opts...)
 		if err != nil {
 			t.Fatal(err)
