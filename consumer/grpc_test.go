@@ -485,3 +485,61 @@ func TestGRPCToken(t *testing.T) {
 		t.Errorf("ServerReady without the token: %v %v", r, err)
 	}
 }
+
+// ModelInfer calls beyond GRPCConfig.MaxConcurrentInfer are answered
+// UNAVAILABLE at once, not queued; the slots come back when calls end, and
+// other calls are not capped.
+func TestGRPCConcurrencyCap(t *testing.T) {
+	b := &blockingBatcher{f: newFakeBatcher(), entered: make(chan struct{}, 8), release: make(chan struct{})}
+	srv, _ := bareServer(t, bareOpts{batcher: b})
+	c := serveGRPC(t, consumer.GRPCConfig{Server: srv, MaxConcurrentInfer: 2})()
+	req := &pb.ModelInferRequest{ModelName: "m", Inputs: []*pb.ModelInferRequest_InferInputTensor{
+		{Name: "x", Datatype: "FP32", Shape: []int64{1, 4}, Contents: &pb.InferTensorContents{Fp32Contents: []float32{0, 1, 0, 0}}}}}
+	held := make(chan error, 2)
+	for range 2 {
+		go func() {
+			_, err := c.ModelInfer(callCtx(t), req)
+			held <- err
+		}()
+	}
+	for range 2 {
+		select {
+		case <-b.entered:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the first two calls did not reach the batcher")
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := c.ModelInfer(ctx, req)
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "max_concurrent_requests") {
+		t.Errorf("a third call: %v, want Unavailable naming max_concurrent_requests", err)
+	}
+	if _, err := c.ModelMetadata(ctx, &pb.ModelMetadataRequest{Name: "m"}); err != nil {
+		t.Errorf("metadata while infer is full: %v", err)
+	}
+	close(b.release)
+	for range 2 {
+		if err := <-held; err != nil {
+			t.Errorf("a held call: %v", err)
+		}
+	}
+	if _, err := c.ModelInfer(ctx, req); err != nil {
+		t.Errorf("after the held calls ended: %v", err)
+	}
+}
+
+// A model whose batcher is closed answers UNAVAILABLE, as HTTP answers 503.
+func TestGRPCBatcherClosed(t *testing.T) {
+	srv, _ := bareServer(t, bareOpts{batcher: closedBatcher{}})
+	c := serveGRPC(t, consumer.GRPCConfig{Server: srv})()
+	req := &pb.ModelInferRequest{ModelName: "m", Inputs: []*pb.ModelInferRequest_InferInputTensor{
+		{Name: "x", Datatype: "FP32", Shape: []int64{1, 4}, Contents: &pb.InferTensorContents{Fp32Contents: []float32{0, 1, 0, 0}}}}}
+	if _, err := c.ModelInfer(callCtx(t), req); status.Code(err) != codes.Unavailable {
+		t.Errorf("closed batcher: %v, want Unavailable", err)
+	}
+}
+
+type closedBatcher struct{}
+
+func (closedBatcher) Enqueue(context.Context, *runtime.Request) error { return runtime.ErrClosed }
