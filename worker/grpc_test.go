@@ -39,17 +39,17 @@ func TestWorkerServesGRPC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
 	addr := w.GRPCAddr()
 	if addr == nil {
 		t.Fatal("no gRPC listener")
 	}
-	if !strings.Contains(logs.String(), "grpc listening") {
+	if !strings.Contains(logs.String(), "grpc listening") { // New logs it; Run's logs are not read below
 		t.Errorf("no grpc listening line:\n%s", logs.String())
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
 	cc, err := grpc.NewClient(addr.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
