@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/inferq/inferq/tensor"
 )
 
 // ParseInfer reads an Open Inference Protocol infer request body,
@@ -126,4 +128,29 @@ func NewInfer(id string, inputs []RawTensor, outputs []OutputRequest, binaryOutp
 		t.wire[i] = wireTensor{name: in.Name, dtName: in.Datatype, shape: in.Shape, hasShape: true, binSize: -1, raw: in.Data, hasRaw: true}
 	}
 	return t
+}
+
+// NewInferRequest returns an Open Inference Protocol infer request body
+// for inputs, the form ParseInfer reads: JSON data, or with binary the
+// binary tensor extension (the JSON, then the raw data; headerLen is the
+// JSON's length, for the Inference-Header-Content-Length header, and
+// len(body) otherwise). binaryOutputs asks for the outputs in the binary
+// form. An invalid tensor is an error naming it.
+func NewInferRequest(inputs []tensor.Tensor, binary, binaryOutputs bool) (body []byte, headerLen int, err error) {
+	b := append(make([]byte, 0, 256), `{"inputs":[`...)
+	var bin []byte
+	for i, t := range inputs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		if b, err = appendTensor(b, t, binary, quotedNonFinite, &bin); err != nil {
+			return nil, 0, errTensor("input", t, err)
+		}
+	}
+	b = append(b, ']')
+	if binaryOutputs {
+		b = append(b, `,"parameters":{"binary_data_output":true}`...)
+	}
+	b = append(b, '}')
+	return append(b, bin...), len(b), nil
 }
