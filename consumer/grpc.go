@@ -106,7 +106,7 @@ func (g *grpcService) tap(ctx context.Context, info *tap.Info) (context.Context,
 }
 
 func (g *grpcService) busy() error {
-	return status.Errorf(codes.Unavailable, "%d infer requests are in progress, the limit (grpc: http.max_concurrent_requests); retry later", cap(g.slots))
+	return status.Errorf(codes.Unavailable, "%d infer requests are in progress, the limit (grpc.max_concurrent_requests); retry later", cap(g.slots))
 }
 
 func (g *grpcService) ServerLive(context.Context, *pb.ServerLiveRequest) (*pb.ServerLiveResponse, error) {

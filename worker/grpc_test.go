@@ -3,6 +3,7 @@ package worker
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"log/slog"
 	"strings"
 	"testing"
@@ -14,8 +15,10 @@ import (
 	pb "github.com/inferq/inferq/consumer/inferencepb"
 	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/mq"
+	"github.com/inferq/inferq/testcert"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -79,5 +82,53 @@ func TestWorkerServesGRPC(t *testing.T) {
 	}
 	if _, err := c.ServerLive(cctx, &pb.ServerLiveRequest{}, grpc.WaitForReady(false)); status.Code(err) != codes.Unavailable {
 		t.Errorf("after Run: %v, want Unavailable (nothing listens)", err)
+	}
+}
+
+// grpc.tls_cert and grpc.tls_key make the listener serve TLS: a client
+// that trusts the CA gets answers, a plaintext one none.
+func TestWorkerGRPCTLS(t *testing.T) {
+	ca := testcert.NewCA(t, "grpc-test-ca")
+	leaf := ca.Server(t, "grpc")
+	w, err := New(context.Background(), Config{
+		Broker:   mq.Config{Address: "127.0.0.1:1", ClientID: "worker-grpc-tls-test"},
+		Models:   []consumer.Model{mlpModel("mlp", nil)},
+		Consumer: consumer.Config{Worker: "test", IntakeWorkers: 1, Writers: 1},
+		GRPC:     models.GRPC{Listen: "127.0.0.1:0", TLSCert: leaf.CertFile, TLSKey: leaf.KeyFile},
+		Results:  models.Results{Spool: models.SpoolMemory},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- w.serveGRPC() }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		w.stopGRPC(ctx)
+		if err := <-done; err != nil {
+			t.Errorf("serveGRPC: %v", err)
+		}
+		w.release()
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, tt := range []struct {
+		name  string
+		creds credentials.TransportCredentials
+		ok    bool
+	}{
+		{"tls", credentials.NewTLS(&tls.Config{RootCAs: ca.Pool, MinVersion: tls.VersionTLS12}), true},
+		{"plaintext", insecure.NewCredentials(), false},
+	} {
+		cc, err := grpc.NewClient(w.GRPCAddr().String(), grpc.WithTransportCredentials(tt.creds))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := pb.NewGRPCInferenceServiceClient(cc).ServerLive(ctx, &pb.ServerLiveRequest{})
+		cc.Close()
+		if got := err == nil && r.Live; got != tt.ok {
+			t.Errorf("%s client: %v %v, want ok %v", tt.name, r, err, tt.ok)
+		}
 	}
 }
