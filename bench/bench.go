@@ -467,6 +467,19 @@ func (b *bencher) setup(ctx context.Context, m *benchModel, idle []*benchModel, 
 			spec.tasks = min(spec.tasks, b.cfg.AdapterMax)
 		}
 		return &sampleRun{start: b.prod.compatStarter(m, queue), fill: srv.fill, close: srv.close}, spec, nil
+	case ModeHTTP, ModeGRPC:
+		srvSpec.oip = true
+		srv, err := startServers(ctx, srvSpec)
+		if err != nil {
+			return nil, spec, err
+		}
+		oc, err := newOIPClients(srv, spec.producers*spec.window)
+		if err != nil {
+			_ = srv.close()
+			return nil, spec, err
+		}
+		return &sampleRun{start: oc.starter(m, mode, b.plan.binary), fill: srv.fill,
+			close: func() error { oc.close(); return srv.close() }}, spec, nil
 	}
 	return nil, spec, fmt.Errorf("unknown mode %q", mode)
 }

@@ -29,9 +29,13 @@ const (
 	ModeQuery = "query"
 	// ModeAdapter emulates the Python adapter: one task at a time.
 	ModeAdapter = "adapter"
+	// ModeHTTP and ModeGRPC send Open Inference Protocol infer requests
+	// to an in-process server's HTTP and gRPC listeners (oip.go).
+	ModeHTTP = "http"
+	ModeGRPC = "grpc"
 )
 
-var allModes = []string{ModeDirect, ModeBroker, ModeQueue, ModeQuery, ModeAdapter}
+var allModes = []string{ModeDirect, ModeBroker, ModeQueue, ModeQuery, ModeAdapter, ModeHTTP, ModeGRPC}
 
 // Config is one bench run. Its fields mirror the flags of `inferq bench`,
 // and Validate's errors name those flags.

@@ -23,7 +23,7 @@ import (
 // batchBound reports whether a mode runs through a batcher whose
 // max_batch_size --batch-sizes sweeps; the others run once per repeat.
 func batchBound(mode string) bool {
-	return mode == ModeDirect || mode == ModeQueue || mode == ModeQuery
+	return mode == ModeDirect || mode == ModeQueue || mode == ModeQuery || mode == ModeHTTP || mode == ModeGRPC
 }
 
 // errQueryUnavailable: nothing answers sync queries on the model's queue.
@@ -377,7 +377,9 @@ type serverSpec struct {
 	// at a time, poll size 1, no batching.
 	adapter bool
 	servers int
-	log     *slog.Logger
+	// oip: each server listens for HTTP and gRPC on loopback ports.
+	oip bool
+	log *slog.Logger
 }
 
 // benchServer is one or more in-process servers on the same queues.
@@ -427,6 +429,9 @@ func (bs *benchServer) startOne(spec serverSpec, i int) error {
 	if spec.adapter {
 		conc, bsize = 1, 1
 		cfg.Consumer.IntakeWorkers, cfg.Consumer.Writers, cfg.Consumer.PollMaxItems, cfg.Consumer.MaxInFlight = 1, 1, 1, 1
+	}
+	if spec.oip {
+		cfg.HTTP, cfg.GRPC = models.HTTP{Listen: "127.0.0.1:0"}, models.GRPC{Listen: "127.0.0.1:0"}
 	}
 	if err := addModel(&cfg, spec.busy, spec.queue, bsize, conc, bs.counter); err != nil {
 		return err

@@ -114,7 +114,7 @@ func (r *rig) writeConfig() {
 	if r.opts.brokerTLS != "" {
 		fmt.Fprintf(&b, ", tls: %s", r.opts.brokerTLS)
 	}
-	fmt.Fprintf(&b, "}\nhttp: {listen: \"127.0.0.1:0\"%s}\ndata_dir: %q\n%s", r.opts.http, filepath.Join(r.dir, "data"), r.opts.top)
+	fmt.Fprintf(&b, "}\nhttp: {listen: \"127.0.0.1:0\"%s}\ngrpc: {listen: \"\"}\ndata_dir: %q\n%s", r.opts.http, filepath.Join(r.dir, "data"), r.opts.top)
 	fmt.Fprintf(&b, "models:\n  - name: mlp\n    path: %q\n    queue: %s\n    device: cpu\n%s",
 		filepath.Join(r.h.models, "mlp.onnx"), r.queue, r.opts.model)
 	r.cfgPath = filepath.Join(r.dir, "config.yaml")

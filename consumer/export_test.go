@@ -14,3 +14,9 @@ const (
 	SendBackoff     = sendBackoff
 	ForwardReceives = forwardReceives
 )
+
+// The gRPC endpoint's tensor conversions, for clients in tests.
+var (
+	TypedContents = typedContents
+	TypedData     = typedData
+)

@@ -96,31 +96,52 @@ func Handler(c HTTPConfig) http.Handler {
 }
 
 // requireToken answers 401 to a request without "Authorization: Bearer
-// <token>", health checks aside. The comparison takes the same time for
-// every wrong token: both sides are hashed to a fixed length first, so
-// neither the content nor the length of the token leaks.
+// <token>", health checks aside.
 func requireToken(token string, next http.Handler) http.Handler {
-	want := sha256.Sum256([]byte(token))
+	want := newBearer(token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if healthPaths[r.URL.Path] {
 			next.ServeHTTP(w, r)
 			return
 		}
-		auth := r.Header.Get("Authorization")
-		scheme, got, ok := strings.Cut(auth, " ")
-		if !ok || !strings.EqualFold(scheme, "Bearer") {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="inferq"`)
-			oipError(w, http.StatusUnauthorized, errors.New("this server requires a bearer token (Authorization: Bearer <http.auth_token>)"))
-			return
-		}
-		sum := sha256.Sum256([]byte(strings.TrimSpace(got)))
-		if subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="inferq", error="invalid_token"`)
-			oipError(w, http.StatusUnauthorized, errors.New("the bearer token is not http.auth_token"))
+		if err := want.check(r.Header.Get("Authorization")); err != nil {
+			if errors.Is(err, errNoBearer) {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="inferq"`)
+			} else {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="inferq", error="invalid_token"`)
+			}
+			oipError(w, http.StatusUnauthorized, err)
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// bearer is the hash of a bearer token, to check Authorization values
+// (HTTP headers, gRPC metadata) against.
+type bearer [sha256.Size]byte
+
+func newBearer(token string) bearer { return sha256.Sum256([]byte(token)) }
+
+var (
+	errNoBearer  = errors.New("this server requires a bearer token (Authorization: Bearer <http.auth_token>)")
+	errBadBearer = errors.New("the bearer token is not http.auth_token")
+)
+
+// check reports whether auth is "Bearer <the token>": errNoBearer or
+// errBadBearer. It takes the same time for every wrong token: both sides
+// are hashed to a fixed length first, so neither the content nor the
+// length of the token leaks.
+func (b bearer) check(auth string) error {
+	scheme, got, ok := strings.Cut(auth, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return errNoBearer
+	}
+	sum := sha256.Sum256([]byte(strings.TrimSpace(got)))
+	if subtle.ConstantTimeCompare(sum[:], b[:]) != 1 {
+		return errBadBearer
+	}
+	return nil
 }
 
 // tensorMeta is a tensor's metadata as the Open Inference Protocol (and

@@ -275,6 +275,12 @@ type admission struct {
 	headerLen string
 	// model (HTTP) is the model the URL names.
 	model string
+	// decoded (gRPC) is an infer request already read into a Task
+	// (readGRPCInfer), or decodeErr why it could not be; body is then nil
+	// and size the message's size in bytes.
+	decoded   *task.Task
+	decodeErr error
+	size      int64
 	// deadLetter (queued tasks) is the message's MaxReceiveQueue policy:
 	// the producer's dead letter queue, a channel name.
 	deadLetter string
@@ -313,10 +319,14 @@ func admit(in admission, mt *modelTable) (a admitted) {
 		if a.model = mt.byName[in.model]; a.model == nil {
 			return refuse(a, admitUnknownModel, mt.unknown(in.model))
 		}
-		if err := checkBody(a.model, int64(len(in.body))); err != nil {
+		if err := checkBody(a.model, in.bodySize()); err != nil {
 			return refuse(a, admitTooLarge, err)
 		}
-		a.task, err = task.ParseInfer(in.body, in.headerLen, modelLimits(a.model))
+		if in.decoded != nil || in.decodeErr != nil {
+			a.task, err = in.decoded, in.decodeErr
+		} else {
+			a.task, err = task.ParseInfer(in.body, in.headerLen, modelLimits(a.model))
+		}
 		if e := checkNames(in, a.task); e != nil {
 			return refuseNames(a, e)
 		}
@@ -352,7 +362,7 @@ func admit(in admission, mt *modelTable) (a admitted) {
 		a.remote = trace.SpanContextFromContext(ctx)
 	}
 	if errors.Is(err, task.ErrTooLarge) {
-		if e := checkBody(a.model, int64(len(in.body))); e != nil {
+		if e := checkBody(a.model, in.bodySize()); e != nil {
 			return refuse(a, admitTooLarge, e)
 		}
 	}
@@ -366,7 +376,7 @@ func admit(in admission, mt *modelTable) (a admitted) {
 	if in.records != nil && cancelled(in.records, a.task.ID) {
 		return refuse(a, admitCancelled, errors.New("cancelled before inference started"))
 	}
-	if err := checkBody(a.model, int64(len(in.body))); err != nil {
+	if err := checkBody(a.model, in.bodySize()); err != nil {
 		return refuse(a, admitTooLarge, err)
 	}
 	if a.inputs, err = a.task.Inputs(a.model.Info, modelLimits(a.model)); err != nil {
@@ -374,6 +384,15 @@ func admit(in admission, mt *modelTable) (a admitted) {
 	}
 	a.outputs = a.task.OutputNames()
 	return a
+}
+
+// bodySize is the size of what arrived: the body, or a decoded request's
+// message.
+func (in admission) bodySize() int64 {
+	if in.decoded != nil || in.decodeErr != nil {
+		return in.size
+	}
+	return int64(len(in.body))
 }
 
 // checkNames checks what t (nil: nothing parsed) and in carry that names

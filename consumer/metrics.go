@@ -48,6 +48,7 @@ type Metrics struct {
 	// OutcomeBadInput, OutcomeUnknownModel, OutcomeExpired).
 	Queries      *prometheus.CounterVec   // inferq_queries_total{model,outcome}
 	HTTPInfer    *prometheus.CounterVec   // inferq_http_infer_total{model,outcome}
+	GRPCInfer    *prometheus.CounterVec   // inferq_grpc_infer_total{model,outcome}
 	SyncDuration *prometheus.HistogramVec // inferq_sync_duration_seconds{model,via}
 }
 
@@ -84,14 +85,17 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		HTTPInfer: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "inferq_http_infer_total", Help: "Open Inference Protocol HTTP infer requests, by model and outcome.",
 		}, []string{"model", "outcome"}),
+		GRPCInfer: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "inferq_grpc_infer_total", Help: "Open Inference Protocol gRPC ModelInfer calls, by model and outcome.",
+		}, []string{"model", "outcome"}),
 		SyncDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "inferq_sync_duration_seconds", Help: "Time from receipt to answer of sync inference requests, via query or http.",
+			Name: "inferq_sync_duration_seconds", Help: "Time from receipt to answer of sync inference requests, via query, http or grpc.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2.5, 14),
 		}, []string{"model", "via"}),
 	}
 	for _, c := range []prometheus.Collector{m.Tasks, m.Duration, m.BatchSize, m.Inflight, m.Retries, m.DLQ,
 		m.Unprocessable, m.QueueDepth, m.BrokerUp, m.ProgressDrops, m.AlertDrops, m.SettleErrors,
-		m.Queries, m.HTTPInfer, m.SyncDuration} {
+		m.Queries, m.HTTPInfer, m.GRPCInfer, m.SyncDuration} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -75,11 +75,15 @@ func mountOIP(mux *http.ServeMux, c HTTPConfig) {
 }
 
 func (o *oip) metadata(w http.ResponseWriter, r *http.Request) {
-	version := "dev"
+	writeJSON(w, http.StatusOK, map[string]any{"name": "inferq", "version": serverVersion(), "extensions": []string{"binary_tensor_data"}})
+}
+
+// serverVersion is the server metadata's version: the module's, or "dev".
+func serverVersion() string {
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		version = bi.Main.Version
+		return bi.Main.Version
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"name": "inferq", "version": version, "extensions": []string{"binary_tensor_data"}})
+	return "dev"
 }
 
 func (o *oip) health(w http.ResponseWriter, r *http.Request) {
@@ -227,16 +231,7 @@ func (s *Server) oipInfer(ctx context.Context, m *Model, body []byte, h http.Hea
 func (s *Server) oipRun(ctx context.Context, a *admitted, root context.Context) oipResult {
 	outputs, outcome, err := s.runSync(ctx, a, root)
 	if err != nil {
-		code := http.StatusInternalServerError
-		switch {
-		case a.verdict == admitUnknownModel:
-			code = http.StatusNotFound
-		case a.verdict != admitRun, outcome == OutcomeBadInput, outcome == OutcomeExpired:
-			code = http.StatusBadRequest
-		case errors.Is(err, runtime.ErrClosed):
-			code = http.StatusServiceUnavailable
-		}
-		return oipResult{code: code, err: err, outcome: outcome}
+		return oipResult{code: inferStatus(a, outcome, err), err: err, outcome: outcome}
 	}
 	m := a.model
 	resp := task.NewInferResponse(m.Config.Name, m.Version, outputs, a.task)
@@ -256,4 +251,19 @@ func (s *Server) oipRun(ctx context.Context, a *admitted, root context.Context) 
 	n := len(b)
 	b = append(b, bin...)
 	return oipResult{code: http.StatusOK, body: b, jsonLen: n, outcome: OutcomeSuccess}
+}
+
+// inferStatus is the HTTP status of a sync infer request that failed with
+// err (outcome its label), in Triton's terms; the gRPC endpoint maps it to
+// a gRPC code (grpcCode).
+func inferStatus(a *admitted, outcome string, err error) int {
+	switch {
+	case a.verdict == admitUnknownModel:
+		return http.StatusNotFound
+	case a.verdict != admitRun, outcome == OutcomeBadInput, outcome == OutcomeExpired:
+		return http.StatusBadRequest
+	case errors.Is(err, runtime.ErrClosed):
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
 }

@@ -313,6 +313,17 @@ type bareOpts struct {
 
 func bareHandlerWith(tb testing.TB, o bareOpts) http.Handler {
 	tb.Helper()
+	srv, reg := bareServer(tb, o)
+	hc := consumer.HTTPConfig{Server: srv, Gatherer: reg}
+	if o.http != nil {
+		o.http(&hc)
+	}
+	return consumer.Handler(hc)
+}
+
+// bareServer is bareHandlerWith's consumer and its metrics registry.
+func bareServer(tb testing.TB, o bareOpts) (*consumer.Server, *prometheus.Registry) {
+	tb.Helper()
 	conn, err := mq.Dial(context.Background(), mq.Config{Address: "127.0.0.1:1", ClientID: "oip-fuzz"})
 	if err != nil {
 		tb.Fatal(err)
@@ -336,11 +347,7 @@ func bareHandlerWith(tb testing.TB, o bareOpts) http.Handler {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	hc := consumer.HTTPConfig{Server: srv, Gatherer: reg}
-	if o.http != nil {
-		o.http(&hc)
-	}
-	return consumer.Handler(hc)
+	return srv, reg
 }
 
 // trickle is a request body that has sent a few bytes of a body that

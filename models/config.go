@@ -75,6 +75,8 @@ const (
 type Config struct {
 	Broker Broker `yaml:"broker"`
 	HTTP   HTTP   `yaml:"http"`
+	// GRPC is the Open Inference Protocol's gRPC endpoint (grpc.go).
+	GRPC GRPC `yaml:"grpc"`
 	// DataDir holds the result spool (results/) and the attempt journal
 	// (journal/); one process holds it at a time. Default DefaultDataDir
 	// with the disk spool; with the memory spool and none given, the
@@ -440,6 +442,7 @@ func (c *Config) SetDefaults() {
 		c.Broker.ClientID = DefaultClientID
 	}
 	c.HTTP.SetDefaults()
+	c.GRPC.SetDefaults()
 	c.Results.SetDefaults()
 	if c.DataDir == "" && c.Results.Spool == SpoolDisk {
 		c.DataDir = DefaultDataDir

@@ -40,6 +40,7 @@ func (c *Config) Validate() error {
 		top("http.listen", "is empty")
 	}
 	c.HTTP.validate(top)
+	c.GRPC.validate(top)
 	for _, b := range []struct {
 		field string
 		v     int64

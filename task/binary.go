@@ -68,6 +68,20 @@ func (r *inputReader) binaryTensor(w wireTensor, info tensor.TensorInfo, binary 
 	case !w.hasShape:
 		return tensor.Tensor{}, badInput(w.name, "binary data needs a shape")
 	}
+	if left := int64(len(bin) - r.off); w.binSize > left {
+		return tensor.Tensor{}, badInput(w.name, "binary_data_size %d overruns the binary data (%d bytes left of %d)", w.binSize, left, len(bin))
+	}
+	end := r.off + int(w.binSize)
+	data := bin[r.off:end:end]
+	r.off = end
+	return r.rawTensor(w, info, data, "binary_data_size")
+}
+
+// rawTensor checks raw tensor data (the binary form's, or a RawTensor's)
+// against the model's input: the shape, the element budget, the size
+// (what names the size in errors), and BYTES elements. The tensor aliases
+// data.
+func (r *inputReader) rawTensor(w wireTensor, info tensor.TensorInfo, data []byte, what string) (tensor.Tensor, error) {
 	shape, ok := fitShape(info, w.shape)
 	if !ok {
 		return tensor.Tensor{}, mismatch(info, info.DType, shape)
@@ -79,15 +93,10 @@ func (r *inputReader) binaryTensor(w wireTensor, info tensor.TensorInfo, binary 
 	if err := r.take(w.name, n); err != nil {
 		return tensor.Tensor{}, err
 	}
-	if left := int64(len(bin) - r.off); w.binSize > left {
-		return tensor.Tensor{}, badInput(w.name, "binary_data_size %d overruns the binary data (%d bytes left of %d)", w.binSize, left, len(bin))
-	}
-	end := r.off + int(w.binSize)
-	tn := tensor.Tensor{Name: w.name, DType: info.DType, Shape: shape, Data: bin[r.off:end:end]}
-	r.off = end
+	tn := tensor.Tensor{Name: w.name, DType: info.DType, Shape: shape, Data: data}
 	if info.DType != tensor.BYTES {
-		if want := n * int64(info.DType.Size()); w.binSize != want {
-			return tensor.Tensor{}, badInput(w.name, "binary_data_size is %d bytes, %s %s needs %d", w.binSize, info.DType, tensor.FormatShape(shape), want)
+		if want := n * int64(info.DType.Size()); int64(len(data)) != want {
+			return tensor.Tensor{}, badInput(w.name, "%s is %d bytes, %s %s needs %d", what, len(data), info.DType, tensor.FormatShape(shape), want)
 		}
 		return tn, nil
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/inferq/inferq/tensor"
 )
 
 // ParseInfer reads an Open Inference Protocol infer request body,
@@ -98,4 +100,57 @@ func ParseInfer(body []byte, headerLen string, lim Limits) (*Task, error) {
 // isJSONValue reports a member that is present and not null.
 func isJSONValue(raw json.RawMessage) bool {
 	return len(raw) > 0 && !bytes.Equal(raw, []byte("null"))
+}
+
+// RawTensor is one input of an infer request whose tensor data arrived
+// outside JSON (the Open Inference Protocol over gRPC): the datatype and
+// shape as the request gives them, and the raw little-endian row-major
+// data of the binary form (BYTES: per element a 4-byte little-endian
+// length and the bytes).
+type RawTensor struct {
+	Name     string
+	Datatype string
+	Shape    []int64
+	Data     []byte
+}
+
+// NewInfer returns the Task of an infer request that arrived as tensors,
+// for Task.Inputs to check against a model exactly as it checks the binary
+// form's tensors (datatype, shape, element limit, size). id is the
+// request's id ("" for none); outputs and binaryOutputs are as ParseInfer
+// sets them; size is the request's size in bytes. The Task aliases the
+// inputs' data.
+func NewInfer(id string, inputs []RawTensor, outputs []OutputRequest, binaryOutputs bool, size int, lim Limits) *Task {
+	lim = lim.withDefaults()
+	t := &Task{ID: id, Attempt: 1, Size: size, Outputs: outputs, BinaryOutputs: binaryOutputs,
+		maxElems: lim.MaxTensorElements, inputsPath: "inputs", wire: make([]wireTensor, len(inputs))}
+	for i, in := range inputs {
+		t.wire[i] = wireTensor{name: in.Name, dtName: in.Datatype, shape: in.Shape, hasShape: true, binSize: -1, raw: in.Data, hasRaw: true}
+	}
+	return t
+}
+
+// NewInferRequest returns an Open Inference Protocol infer request body
+// for inputs, the form ParseInfer reads: JSON data, or with binary the
+// binary tensor extension (the JSON, then the raw data; headerLen is the
+// JSON's length, for the Inference-Header-Content-Length header, and
+// len(body) otherwise). binaryOutputs asks for the outputs in the binary
+// form. An invalid tensor is an error naming it.
+func NewInferRequest(inputs []tensor.Tensor, binary, binaryOutputs bool) (body []byte, headerLen int, err error) {
+	b := append(make([]byte, 0, 256), `{"inputs":[`...)
+	var bin []byte
+	for i, t := range inputs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		if b, err = appendTensor(b, t, binary, quotedNonFinite, &bin); err != nil {
+			return nil, 0, errTensor("input", t, err)
+		}
+	}
+	b = append(b, ']')
+	if binaryOutputs {
+		b = append(b, `,"parameters":{"binary_data_output":true}`...)
+	}
+	b = append(b, '}')
+	return append(b, bin...), len(b), nil
 }

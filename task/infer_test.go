@@ -107,3 +107,37 @@ func FuzzParseProgress(f *testing.F) {
 		}
 	})
 }
+
+// NewInferRequest writes what ParseInfer reads back, JSON and binary.
+func TestNewInferRequestRoundTrip(t *testing.T) {
+	info := tensor.ModelInfo{Inputs: []tensor.TensorInfo{{Name: "x", DType: tensor.FP32, Dims: []int64{-1, 2}}, {Name: "s", DType: tensor.BYTES, Dims: []int64{-1}}}}
+	in := []tensor.Tensor{tensor.NewTensor("x", []int64{2, 2}, []float32{1, 2.5, -3, 4}), tensor.NewBytesTensor("s", []int64{2}, [][]byte{[]byte("a"), nil})}
+	for _, binary := range []bool{false, true} {
+		body, n, err := NewInferRequest(in, binary, binary)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hl := ""
+		if binary {
+			hl = strconv.Itoa(n)
+		} else if n != len(body) {
+			t.Errorf("JSON: headerLen %d, body %d", n, len(body))
+		}
+		tk, err := ParseInfer(body, hl, Limits{})
+		if err != nil {
+			t.Fatalf("binary %v: %v\n%s", binary, err, body)
+		}
+		got, err := tk.Inputs(info, Limits{})
+		if err != nil {
+			t.Fatalf("binary %v: %v", binary, err)
+		}
+		for i := range in {
+			if !bytes.Equal(got[i].Data, in[i].Data) {
+				t.Errorf("binary %v: input %s: %x, want %x", binary, in[i].Name, got[i].Data, in[i].Data)
+			}
+		}
+		if tk.BinaryOutputs != binary {
+			t.Errorf("binary %v: BinaryOutputs %v", binary, tk.BinaryOutputs)
+		}
+	}
+}

@@ -20,6 +20,8 @@ type wireTensor struct {
 	data     []byte // raw JSON of "data"; nil when absent or null
 	binSize  int64  // parameters.binary_data_size; -1 when absent
 	binOut   bool   // parameters.binary_data_output
+	raw      []byte // a RawTensor's data (NewInfer); used when hasRaw
+	hasRaw   bool
 	problem  string // the first malformed field, reported with the name
 
 	// When "datatype" comes before "data" (as NewTask writes it), the data
@@ -319,6 +321,8 @@ func (r *inputReader) oip(list []wireTensor, binary bool, bin []byte) error {
 		}
 		var tn tensor.Tensor
 		switch {
+		case w.hasRaw:
+			tn, err = r.rawTensor(w, info, w.raw, "raw data")
 		case w.binSize >= 0:
 			tn, err = r.binaryTensor(w, info, binary, bin)
 		case w.data != nil:

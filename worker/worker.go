@@ -20,6 +20,7 @@ import (
 	"github.com/inferq/inferq/runtime"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
 )
 
 // flushTimeout bounds the HTTP shutdown and the result spool's write to
@@ -64,6 +65,9 @@ type Config struct {
 	// infer concurrency cap, bearer token and TLS files; zero timeouts and
 	// cap take models' defaults (models.HTTP.SetDefaults).
 	HTTP models.HTTP
+	// GRPC is the Open Inference Protocol's gRPC listener ("" Listen: none;
+	// see grpc.go); it takes HTTP's bearer token.
+	GRPC models.GRPC
 	// Devices maps each model to its devices, for /v1/models.
 	Devices map[string][]string
 	Logger  *slog.Logger
@@ -89,6 +93,8 @@ type Worker struct {
 	srv     *consumer.Server
 	lis     net.Listener
 	hs      *http.Server
+	glis    net.Listener // the gRPC listener (grpc.go)
+	gs      *grpc.Server
 }
 
 // New dials the broker and builds the result store, the journal, the
@@ -105,7 +111,7 @@ func New(ctx context.Context, cfg Config) (w *Worker, err error) {
 		cfg.Registry = prometheus.NewRegistry()
 	}
 	w = &Worker{cfg: cfg, log: logclip.Logger(cfg.Logger)} // its components log wire data
-	for _, step := range []func(context.Context) error{w.lockDataDir, w.dial, w.openStore, w.openJournal, w.newConsumer, w.listen} {
+	for _, step := range []func(context.Context) error{w.lockDataDir, w.dial, w.openStore, w.openJournal, w.newConsumer, w.listen, w.listenGRPC} {
 		if err := step(ctx); err != nil {
 			w.release() // not deferred: returning nil sets w to nil first
 			return nil, err
@@ -365,6 +371,9 @@ func (w *Worker) startBackground(ctx context.Context, bg *errgroup.Group) {
 	if w.hs != nil {
 		bg.Go(w.serveHTTP)
 	}
+	if w.gs != nil {
+		bg.Go(w.serveGRPC)
+	}
 }
 
 func (w *Worker) serveHTTP() error {
@@ -415,6 +424,7 @@ func (w *Worker) shutdown(bg *errgroup.Group) error {
 		_ = w.hs.Shutdown(ctx)
 		w.lis = nil // closed by Shutdown
 	}
+	w.stopGRPC(ctx)
 	err := bg.Wait()
 	if ferr := w.store.Close(ctx); ferr != nil {
 		w.log.Error("result spool flush incomplete", "err", ferr)
@@ -430,6 +440,9 @@ func (w *Worker) shutdown(bg *errgroup.Group) error {
 func (w *Worker) release() {
 	if w.lis != nil {
 		_ = w.lis.Close()
+	}
+	if w.glis != nil {
+		_ = w.glis.Close()
 	}
 	if w.store != nil {
 		_ = w.store.Close(context.Background())

@@ -29,6 +29,11 @@ Modes (--modes, any combination):
            (rayserve-result-<id>) that producers poll; each producer keeps one
            task in flight. Capped by --adapter-max-tasks: every task costs a
            KubeMQ channel for 24 h.
+  http     Open Inference Protocol infer requests to the server's HTTP
+           listener (POST /v2/models/{m}/infer; --payload json or binary,
+           the binary tensor extension), one request per task
+  grpc     the same over its gRPC listener (ModelInfer with
+           raw_input_contents, as Triton's clients send it)
 
 The server under test runs in this process (serve's pieces) on the embedded
 broker, or on --broker ADDR. Load is closed-loop: --producers clients, each
@@ -100,7 +105,7 @@ func runBench(ctx context.Context, a *app, args []string) error {
 func registerBenchFlags(fs *pflag.FlagSet, c *bench.Config) {
 	fs.StringArrayVar(&c.Models, "model", nil, "model to measure; repeat for several (default mlp)")
 	fs.StringArrayVar(&c.Idle, "idle-model", nil, "model served on its own queue and sent nothing, beside the busy one (multi-model runs); repeatable")
-	fs.StringVar(&c.Modes, "modes", "direct,broker,queue,adapter", "modes to run: direct, broker, queue, query, adapter (comma separated)")
+	fs.StringVar(&c.Modes, "modes", "direct,broker,queue,adapter", "modes to run: direct, broker, queue, query, adapter, http, grpc (comma separated)")
 	fs.IntVar(&c.Tasks, "tasks", 0, "tasks per sample (instead of --duration)")
 	fs.DurationVar(&c.Duration, "duration", 10*time.Second, "how long each sample sends")
 	fs.DurationVar(&c.Warmup, "warmup", time.Second, "load applied before each sample, not measured")
@@ -112,7 +117,7 @@ func registerBenchFlags(fs *pflag.FlagSet, c *bench.Config) {
 	fs.StringArrayVar(&c.Devices, "device", nil, "device to run on (cpu, cuda:0, ...); repeat for one row per device (default: the config's placement)")
 	fs.StringVar(&c.Broker, "broker", "", "KubeMQ gRPC address host:port (default: an embedded broker in this process)")
 	fs.IntVar(&c.Repeat, "repeat", 1, "samples per row; the table shows the median and the spread")
-	fs.IntVar(&c.Servers, "servers", 1, "inferq servers consuming the queue (queue and query modes), each with its own connection and poller")
+	fs.IntVar(&c.Servers, "servers", 1, "inferq servers consuming the queue (queue, query, http and grpc modes; http and grpc spread requests over them), each with its own connection and poller")
 	fs.StringVar(&c.JSONPath, "json", "", "write every sample (with every latency) as JSON to FILE")
 	fs.StringVar(&c.PlotPath, "plot", "", "draw throughput and p99 latency against batch size per mode into FILE.png")
 	fs.StringVar(&c.ModelsDir, "models-dir", "data/models", "where the example models are (written when missing) without --config")

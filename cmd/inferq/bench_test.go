@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -120,4 +121,27 @@ func latenciesKept(n, ok int) bool {
 	}
 	stride := (ok + bench.MaxJSONLatencies - 1) / bench.MaxJSONLatencies
 	return n == (ok+stride-1)/stride
+}
+
+// The http and grpc modes send Open Inference Protocol requests to the
+// in-process server's listeners and verify every answer, JSON and binary.
+func TestBenchOIPModes(t *testing.T) {
+	env := ortEnv(t)
+	dir := t.TempDir()
+	for _, payload := range []string{"json", "binary"} {
+		a, out, errb := testApp(env)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		code := a.main(ctx, []string{"bench", "--models-dir", filepath.Join(dir, "models"), "--modes", "http,grpc", "--payload", payload,
+			"--duration", "300ms", "--warmup", "0s", "--producers", "2", "--inflight", "4"})
+		cancel()
+		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+		if last := lines[len(lines)-1]; code != 0 || !strings.HasPrefix(last, "OK: ") {
+			t.Fatalf("payload %s: exit %d, last line %q\n%s\n%s", payload, code, last, out, errb)
+		}
+		for _, mode := range []string{"http", "grpc"} {
+			if !regexp.MustCompile(`\n\s+` + mode + `\s+\d`).MatchString(out.String()) {
+				t.Errorf("payload %s: no %s row:\n%s", payload, mode, out)
+			}
+		}
+	}
 }

@@ -61,6 +61,7 @@ func newBinaryRig(t *testing.T, name string, tags []string, modelYAML string) *b
 	r.srv = brokertest.NewServer(t, broker.Options{})
 	cfg := fmt.Sprintf(`broker: {address: %q, client_id: %s-test}
 http: {listen: "127.0.0.1:0"}
+grpc: {listen: ""}
 data_dir: %q
 models:
   - name: mlp

@@ -16,6 +16,7 @@ type configFlags struct {
 	broker    string
 	clientID  string
 	http      string
+	grpc      string
 	dataDir   string
 	advertise string
 }
@@ -25,6 +26,7 @@ func (c *configFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&c.broker, "broker", "", "KubeMQ gRPC address host:port (env INFERQ_BROKER_ADDRESS or KUBEMQ_ADDRESS; default 127.0.0.1:50000)")
 	fs.StringVar(&c.clientID, "client-id", "", "KubeMQ client id (env INFERQ_CLIENT_ID)")
 	fs.StringVar(&c.http, "http", "", "HTTP listen address for health, metrics and task lookup (env INFERQ_HTTP_LISTEN; default 127.0.0.1:8080)")
+	fs.StringVar(&c.grpc, "grpc", "", "gRPC listen address of the Open Inference Protocol (KServe v2 / Triton gRPC API; env INFERQ_GRPC_LISTEN; default 127.0.0.1:8001; grpc.listen \"\" in the config turns it off)")
 	fs.StringVar(&c.advertise, "advertise-url", "", "absolute http(s) URL other hosts reach this replica's HTTP listener at; an oversized result's result_ref becomes <URL>/v1/tasks/<id> (env INFERQ_HTTP_ADVERTISE_URL; default: the relative /v1/tasks/<id>)")
 	fs.StringVar(&c.dataDir, "data-dir", "", "directory for the result spool and the attempt journal, one process each (env INFERQ_DATA_DIR; default ./data unless results.spool is memory)")
 }
@@ -43,6 +45,7 @@ var envVars = []struct {
 	{[]string{"INFERQ_TLS_KEY", "KUBEMQ_TLS_KEY_FILE"}, func(c *models.Config, v string) { c.Broker.TLS.Key = v }},
 	{[]string{"INFERQ_TLS_CA", "KUBEMQ_TLS_CA_FILE"}, func(c *models.Config, v string) { c.Broker.TLS.CA = v }},
 	{[]string{"INFERQ_HTTP_LISTEN"}, func(c *models.Config, v string) { c.HTTP.Listen = v }},
+	{[]string{"INFERQ_GRPC_LISTEN"}, func(c *models.Config, v string) { c.GRPC.Listen = v }},
 	// The environment's token replaces the file's, and its token file.
 	{[]string{"INFERQ_HTTP_AUTH_TOKEN"}, func(c *models.Config, v string) { c.HTTP.AuthToken, c.HTTP.AuthTokenFile = v, "" }},
 	{[]string{"INFERQ_DATA_DIR"}, func(c *models.Config, v string) { c.DataDir = v }},
@@ -78,7 +81,7 @@ func (a *app) loadConfig(f configFlags) (*models.Config, error) {
 	for _, o := range []struct {
 		v   string
 		dst *string
-	}{{f.broker, &c.Broker.Address}, {f.clientID, &c.Broker.ClientID}, {f.http, &c.HTTP.Listen}, {f.dataDir, &c.DataDir},
+	}{{f.broker, &c.Broker.Address}, {f.clientID, &c.Broker.ClientID}, {f.http, &c.HTTP.Listen}, {f.grpc, &c.GRPC.Listen}, {f.dataDir, &c.DataDir},
 		{f.advertise, &c.HTTP.AdvertiseURL}} {
 		if o.v != "" {
 			*o.dst = o.v

@@ -214,7 +214,7 @@ func (f serveFlags) workerConfig(c *models.Config, loaded worker.Loaded, reg *pr
 		Consumer: consumer.Config{Metrics: met, Worker: host, AlertWebhook: f.alertWebhook, AdvertiseURL: c.HTTP.AdvertiseURL,
 			IntakeWorkers: intake, Writers: f.resultWriters, PollMaxItems: f.pollMaxItems, DrainTimeout: f.shutdownGrace,
 			QueryGroup: f.queryGroup, TracerProvider: tp},
-		Registry: reg, HTTP: c.HTTP, Devices: loaded.Devices(), Logger: log,
+		Registry: reg, HTTP: c.HTTP, GRPC: c.GRPC, Devices: loaded.Devices(), Logger: log,
 		SpoolFlushTimeout: spoolFlushTimeout(f.flushTimeout),
 	}
 }

@@ -1,0 +1,327 @@
+package consumer
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	pb "github.com/inferq/inferq/consumer/inferencepb"
+	"github.com/inferq/inferq/task"
+	"github.com/inferq/inferq/tensor"
+)
+
+// The conversion between the Open Inference Protocol's gRPC messages and
+// what admission reads: a ModelInferRequest becomes a task.Task built
+// from raw tensors (task.NewInfer), which Task.Inputs checks against the
+// model as it checks the HTTP binary form's tensors, so both transports
+// share the datatype, shape, size and element rules and their error texts.
+//
+// Request tensors carry their data either all in raw_input_contents (the
+// binary form's little-endian bytes; BYTES elements each a 4-byte
+// little-endian length and the bytes, as Triton writes them) or each in
+// its typed contents field: bool_contents for BOOL, int_contents for INT8,
+// INT16 and INT32 (range-checked), int64_contents, uint_contents for
+// UINT8, UINT16 and UINT32 (range-checked), uint64_contents,
+// fp32_contents, fp64_contents, bytes_contents. FP16 has no typed field:
+// it travels raw only.
+//
+// Request parameters read: binary_data_output (bool: outputs come back
+// raw), timeout (int64, microseconds, Triton's: the request is not run
+// after it), priority (int64); on a requested output, binary_data (bool).
+
+// grpcRequest is a ModelInferRequest read for admission.
+type grpcRequest struct {
+	task *task.Task
+	// raw: the response carries raw_output_contents (the request sent
+	// raw inputs or asked for binary outputs).
+	raw bool
+}
+
+// readGRPCInfer converts req for admission within lim (the model's
+// element limit applies in Task.Inputs; here it bounds nothing the
+// message did not already hold). size is the message's size in bytes.
+// Errors wrap task.ErrBadInput.
+func readGRPCInfer(req *pb.ModelInferRequest, size int, lim task.Limits) (grpcRequest, error) {
+	var r grpcRequest
+	ins, err := rawInputs(req)
+	if err != nil {
+		return r, err
+	}
+	r.raw = len(req.RawInputContents) > 0
+	binOut, err := boolParam(req.Parameters, "binary_data_output", "parameters")
+	if err != nil {
+		return r, err
+	}
+	var outs []task.OutputRequest
+	for i, o := range req.Outputs {
+		if o.GetName() == "" {
+			return r, fmt.Errorf("%w: outputs[%d]: an output without a name", task.ErrBadInput, i)
+		}
+		bin, err := boolParam(o.Parameters, "binary_data", fmt.Sprintf("outputs[%d].parameters", i))
+		if err != nil {
+			return r, err
+		}
+		r.raw = r.raw || bin
+		outs = append(outs, task.OutputRequest{Name: o.Name, Binary: bin})
+	}
+	r.raw = r.raw || binOut
+	r.task = task.NewInfer(req.Id, ins, outs, binOut, size, lim)
+	if r.task.Timeout, err = timeoutParam(req.Parameters); err != nil {
+		return r, err
+	}
+	p, err := intParam(req.Parameters, "priority")
+	if err != nil {
+		return r, err
+	}
+	r.task.Priority = int(min(max(p, math.MinInt32), math.MaxInt32))
+	return r, nil
+}
+
+// rawInputs returns req's input tensors with their data in the raw form.
+func rawInputs(req *pb.ModelInferRequest) ([]task.RawTensor, error) {
+	raw := req.RawInputContents
+	if len(raw) > 0 && len(raw) != len(req.Inputs) {
+		return nil, fmt.Errorf("%w: raw_input_contents holds %d tensors for %d inputs; want one per input, in order", task.ErrBadInput, len(raw), len(req.Inputs))
+	}
+	out := make([]task.RawTensor, len(req.Inputs))
+	for i, in := range req.Inputs {
+		if in == nil {
+			return nil, fmt.Errorf("%w: inputs[%d]: empty", task.ErrBadInput, i)
+		}
+		t := task.RawTensor{Name: in.Name, Datatype: in.Datatype, Shape: in.Shape}
+		switch {
+		case len(raw) > 0 && in.Contents != nil:
+			return nil, fmt.Errorf("%w: input %q: both contents and raw_input_contents; use one", task.ErrBadInput, in.Name)
+		case len(raw) > 0:
+			t.Data = raw[i]
+			if t.Data == nil {
+				t.Data = []byte{} // present and empty: a zero-element tensor
+			}
+		default:
+			data, err := typedData(in)
+			if err != nil {
+				return nil, fmt.Errorf("%w: input %q: %w", task.ErrBadInput, in.Name, err)
+			}
+			t.Data = data
+		}
+		out[i] = t
+	}
+	return out, nil
+}
+
+// contentFields are InferTensorContents' fields: their names and lengths.
+func contentFields(c *pb.InferTensorContents) [8]struct {
+	name string
+	n    int
+} {
+	return [8]struct {
+		name string
+		n    int
+	}{
+		{"bool_contents", len(c.GetBoolContents())}, {"int_contents", len(c.GetIntContents())},
+		{"int64_contents", len(c.GetInt64Contents())}, {"uint_contents", len(c.GetUintContents())},
+		{"uint64_contents", len(c.GetUint64Contents())}, {"fp32_contents", len(c.GetFp32Contents())},
+		{"fp64_contents", len(c.GetFp64Contents())}, {"bytes_contents", len(c.GetBytesContents())},
+	}
+}
+
+// typedField is the contents field that carries each datatype.
+var typedField = map[tensor.DType]string{
+	tensor.BOOL: "bool_contents", tensor.INT8: "int_contents", tensor.INT16: "int_contents", tensor.INT32: "int_contents",
+	tensor.INT64: "int64_contents", tensor.UINT8: "uint_contents", tensor.UINT16: "uint_contents", tensor.UINT32: "uint_contents",
+	tensor.UINT64: "uint64_contents", tensor.FP32: "fp32_contents", tensor.FP64: "fp64_contents", tensor.BYTES: "bytes_contents",
+}
+
+// typedData returns the raw form of a tensor's typed contents.
+func typedData(in *pb.ModelInferRequest_InferInputTensor) ([]byte, error) {
+	dt, err := tensor.ParseDType(in.Datatype)
+	if err != nil {
+		return nil, fmt.Errorf("datatype: %w", err)
+	}
+	if in.Contents == nil {
+		return nil, fmt.Errorf("no data: want contents or raw_input_contents")
+	}
+	field, ok := typedField[dt]
+	if !ok {
+		return nil, fmt.Errorf("%s has no typed contents field; send it in raw_input_contents", dt)
+	}
+	for _, f := range contentFields(in.Contents) {
+		if f.n > 0 && f.name != field {
+			return nil, fmt.Errorf("%s data goes in contents.%s; got %d values in contents.%s", dt, field, f.n, f.name)
+		}
+	}
+	c := in.Contents
+	switch dt {
+	case tensor.BOOL:
+		b := make([]byte, len(c.BoolContents))
+		for i, v := range c.BoolContents {
+			if v {
+				b[i] = 1
+			}
+		}
+		return b, nil
+	case tensor.INT8:
+		return narrow(c.IntContents, math.MinInt8, math.MaxInt8, dt, func(b []byte, v int32) []byte { return append(b, byte(int8(v))) })
+	case tensor.INT16:
+		return narrow(c.IntContents, math.MinInt16, math.MaxInt16, dt, func(b []byte, v int32) []byte {
+			return binary.LittleEndian.AppendUint16(b, uint16(int16(v)))
+		})
+	case tensor.INT32:
+		return slices.Clone(tensor.AsBytes(c.IntContents)), nil
+	case tensor.INT64:
+		return slices.Clone(tensor.AsBytes(c.Int64Contents)), nil
+	case tensor.UINT8:
+		return narrow(c.UintContents, 0, math.MaxUint8, dt, func(b []byte, v uint32) []byte { return append(b, byte(v)) })
+	case tensor.UINT16:
+		return narrow(c.UintContents, 0, math.MaxUint16, dt, func(b []byte, v uint32) []byte {
+			return binary.LittleEndian.AppendUint16(b, uint16(v))
+		})
+	case tensor.UINT32:
+		return slices.Clone(tensor.AsBytes(c.UintContents)), nil
+	case tensor.UINT64:
+		return slices.Clone(tensor.AsBytes(c.Uint64Contents)), nil
+	case tensor.FP32:
+		return slices.Clone(tensor.AsBytes(c.Fp32Contents)), nil
+	case tensor.FP64:
+		return slices.Clone(tensor.AsBytes(c.Fp64Contents)), nil
+	}
+	n := 0
+	for _, e := range c.BytesContents {
+		n += 4 + len(e)
+	}
+	b := make([]byte, 0, n)
+	for _, e := range c.BytesContents {
+		if uint64(len(e)) > math.MaxUint32 {
+			return nil, fmt.Errorf("a BYTES element of %d bytes is over the 4 GiB the raw form can carry", len(e))
+		}
+		b = tensor.AppendBytesElement(b, e)
+	}
+	return b, nil
+}
+
+// narrow packs values into a smaller integer type, refusing one out of
+// [lo, hi].
+func narrow[T int32 | uint32](vs []T, lo, hi int64, dt tensor.DType, put func([]byte, T) []byte) ([]byte, error) {
+	b := make([]byte, 0, len(vs)*dt.Size())
+	for i, v := range vs {
+		if int64(v) < lo || int64(v) > hi {
+			return nil, fmt.Errorf("value %d at [%d] is out of range for %s", v, i, dt)
+		}
+		b = put(b, v)
+	}
+	return b, nil
+}
+
+// boolParam reads a bool parameter (false when absent).
+func boolParam(ps map[string]*pb.InferParameter, name, where string) (bool, error) {
+	p, ok := ps[name]
+	if !ok {
+		return false, nil
+	}
+	v, ok := p.GetParameterChoice().(*pb.InferParameter_BoolParam)
+	if !ok {
+		return false, fmt.Errorf("%w: %s.%s: want a bool_param", task.ErrBadInput, where, name)
+	}
+	return v.BoolParam, nil
+}
+
+// intParam reads an int64 request parameter (0 when absent).
+func intParam(ps map[string]*pb.InferParameter, name string) (int64, error) {
+	p, ok := ps[name]
+	if !ok {
+		return 0, nil
+	}
+	v, ok := p.GetParameterChoice().(*pb.InferParameter_Int64Param)
+	if !ok {
+		return 0, fmt.Errorf("%w: parameters.%s: want an int64_param", task.ErrBadInput, name)
+	}
+	return v.Int64Param, nil
+}
+
+// timeoutParam reads Triton's timeout parameter: microseconds, 0 none.
+func timeoutParam(ps map[string]*pb.InferParameter) (time.Duration, error) {
+	us, err := intParam(ps, "timeout")
+	switch {
+	case err != nil:
+		return 0, err
+	case us < 0:
+		return 0, fmt.Errorf("%w: parameters.timeout is %d; want microseconds, 0 or more", task.ErrBadInput, us)
+	case us > math.MaxInt64/int64(time.Microsecond):
+		return 0, fmt.Errorf("%w: parameters.timeout of %d microseconds overflows", task.ErrBadInput, us)
+	}
+	return time.Duration(us) * time.Microsecond, nil
+}
+
+// grpcOutputs writes outputs into resp: raw_output_contents when raw (or
+// when an output is FP16, which has no typed field: the protocol has a
+// response all raw or all typed), else each output's typed contents.
+func grpcOutputs(resp *pb.ModelInferResponse, outputs []tensor.Tensor, raw bool) error {
+	raw = raw || slices.ContainsFunc(outputs, func(t tensor.Tensor) bool { return t.DType == tensor.FP16 })
+	resp.Outputs = make([]*pb.ModelInferResponse_InferOutputTensor, len(outputs))
+	if raw {
+		resp.RawOutputContents = make([][]byte, len(outputs))
+	}
+	for i, o := range outputs {
+		out := &pb.ModelInferResponse_InferOutputTensor{Name: o.Name, Datatype: o.DType.String(), Shape: o.Shape}
+		if raw {
+			resp.RawOutputContents[i] = o.Data
+		} else {
+			c, err := typedContents(o)
+			if err != nil {
+				return fmt.Errorf("output %q: %w", o.Name, err)
+			}
+			out.Contents = c
+		}
+		resp.Outputs[i] = out
+	}
+	return nil
+}
+
+// typedContents returns t's data in its typed contents field.
+func typedContents(t tensor.Tensor) (*pb.InferTensorContents, error) {
+	c := &pb.InferTensorContents{}
+	var err error
+	switch t.DType {
+	case tensor.BOOL:
+		c.BoolContents = make([]bool, len(t.Data))
+		for i, b := range t.Data {
+			c.BoolContents[i] = b != 0
+		}
+	case tensor.INT8:
+		c.IntContents = widen(t.Data, 1, func(b []byte) int32 { return int32(int8(b[0])) })
+	case tensor.INT16:
+		c.IntContents = widen(t.Data, 2, func(b []byte) int32 { return int32(int16(binary.LittleEndian.Uint16(b))) })
+	case tensor.INT32:
+		c.IntContents, err = tensor.Values[int32](t)
+	case tensor.INT64:
+		c.Int64Contents, err = tensor.Values[int64](t)
+	case tensor.UINT8:
+		c.UintContents = widen(t.Data, 1, func(b []byte) uint32 { return uint32(b[0]) })
+	case tensor.UINT16:
+		c.UintContents = widen(t.Data, 2, func(b []byte) uint32 { return uint32(binary.LittleEndian.Uint16(b)) })
+	case tensor.UINT32:
+		c.UintContents, err = tensor.Values[uint32](t)
+	case tensor.UINT64:
+		c.Uint64Contents, err = tensor.Values[uint64](t)
+	case tensor.FP32:
+		c.Fp32Contents, err = tensor.Values[float32](t)
+	case tensor.FP64:
+		c.Fp64Contents, err = tensor.Values[float64](t)
+	case tensor.BYTES:
+		c.BytesContents, err = tensor.BytesElements(t)
+	default:
+		err = fmt.Errorf("datatype %s has no typed contents field", t.DType)
+	}
+	return c, err
+}
+
+// widen unpacks size-byte little-endian integers.
+func widen[T int32 | uint32](data []byte, size int, get func([]byte) T) []T {
+	out := make([]T, len(data)/size)
+	for i := range out {
+		out[i] = get(data[i*size:])
+	}
+	return out
+}
