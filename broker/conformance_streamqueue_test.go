@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubemq-io/kubemq-go"
 	pb "github.com/kubemq-io/protobuf/go"
 )
 
@@ -469,5 +470,58 @@ func TestStreamQueueRequestErrors(t *testing.T) {
 		q.wantEnd("after Error 138")
 		// The modified message sent with nothing held went nowhere.
 		sqWantEmpty(t, raw, ch)
+	})
+}
+
+// TestStreamQueueKubemqGoTransaction: kubemq-go's own StreamQueueMessage
+// client (QueuesClient.Transaction) receives, rejects, extends, resends and
+// acks, and reports Error 138 on an empty queue.
+func TestStreamQueueKubemqGoTransaction(t *testing.T) {
+	t.Parallel()
+	forEachTarget(t, func(t *testing.T, tg *target) {
+		lc, ctx := queueLegacy(t, tg)
+		ch, other := channel(t, "sqgo"), channel(t, "sqgo-to")
+		res, err := lc.Send(ctx, kubemq.NewQueueMessage().SetChannel(ch).SetBody([]byte("g")))
+		if err != nil || res.IsError {
+			t.Fatalf("send: %v %v", res, err)
+		}
+		recv := func(from string) *kubemq.QueueTransactionMessageResponse {
+			t.Helper()
+			tr, err := lc.Transaction(ctx, kubemq.NewQueueTransactionMessageRequest().SetChannel(from).
+				SetWaitTimeSeconds(5).SetVisibilitySeconds(10))
+			if err != nil {
+				t.Fatalf("transaction on %s: %v", from, err)
+			}
+			return tr
+		}
+		tr := recv(ch)
+		if string(tr.Message.Body) != "g" || tr.Message.Attributes.ReceiveCount != 1 {
+			t.Fatalf("first delivery: %+v", tr.Message)
+		}
+		if err := tr.Reject(); err != nil {
+			t.Fatalf("reject: %v", err)
+		}
+		tr = recv(ch)
+		if tr.Message.Attributes.ReceiveCount != 2 {
+			t.Errorf("after a reject: receive count %d, want 2", tr.Message.Attributes.ReceiveCount)
+		}
+		if err := tr.ExtendVisibilitySeconds(20); err != nil {
+			t.Fatalf("extend visibility: %v", err)
+		}
+		if err := tr.Resend(other); err != nil {
+			t.Fatalf("resend: %v", err)
+		}
+		tr = recv(other)
+		if string(tr.Message.Body) != "g" || tr.Message.Attributes.ReceiveCount != 1 {
+			t.Errorf("resent copy: %+v", tr.Message)
+		}
+		if err := tr.Ack(); err != nil {
+			t.Fatalf("ack: %v", err)
+		}
+		_, err = lc.Transaction(ctx, kubemq.NewQueueTransactionMessageRequest().SetChannel(ch).
+			SetWaitTimeSeconds(1).SetVisibilitySeconds(10))
+		if err == nil || err.Error() != sqErrNoMessage {
+			t.Errorf("transaction on the emptied queue: %v, want %q", err, sqErrNoMessage)
+		}
 	})
 }
