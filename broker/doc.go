@@ -36,11 +36,12 @@
 //
 // # RPCs and the official SDKs
 //
-// Every RPC is served; none answers Unimplemented. Which SDK calls which
-// (read from their public sources: kubemq-go v1.9.0, the version the
-// module proxy serves; kubemq-Python 4.0.0 to 4.1.5; kubemq-js 1.2.3, the
-// 1.x of npm, 2.0 to 2.1 and 3.0; the Java SDK kubemq-Java 1.0.x and
-// kubemq-java-v2 2.x and 3.x; kubemq-CSharp 1.x to 1.7 and 3.0):
+// Every RPC is served; none answers Unimplemented. Which SDK calls which,
+// read from their public sources at these versions: Go kubemq-go v1.9.0
+// (the version the module proxy serves); Python kubemq 4.0.0 and 4.1.5;
+// JS kubemq-js 1.2.3 (the 1.x on npm), 2.1.0 and 3.0.0; Java kubemq-Java
+// v1.0.6 and kubemq-java-v2 2.1.1 and 3.1.1 (same set); .NET kubemq-CSharp
+// v1.7.2 and 3.0.1:
 //
 //	RPC                     Go  Py4 JS1 JS2 JS3 Java1 Java2/3 .NET1 .NET3
 //	SendEvent               x   x   x   .   .   x     .       x     x
