@@ -1,8 +1,9 @@
-// Package broker is an in-process server of the subset of the KubeMQ gRPC
-// protocol that github.com/kubemq-io/kubemq-go v1.9.0 uses: queue streams
-// (send, poll, ack, nack, requeue, ack-all), the legacy queue calls, queue
-// info, events with groups, events store with replay, queries with groups and
-// timeouts, and Ping.
+// Package broker is an in-process server of the KubeMQ gRPC protocol
+// (kubemq.proto of github.com/kubemq-io/protobuf v1.3.1, every one of its 15
+// RPCs): queue streams (send, poll, ack, nack, requeue, ack-all), the legacy
+// queue calls and the legacy per-message queue stream, queue info, events
+// with groups, events store with replay, queries with groups and timeouts,
+// and Ping.
 //
 // It keeps everything in memory on a single node. It exists so that tests and
 // `inferq serve --embedded-broker` can talk real gRPC through the real
@@ -33,9 +34,63 @@
 //   - SendQueueMessagesBatch without messages: Unknown "empty messages batch";
 //   - Ping reports the start time (Unix seconds) and the uptime in seconds.
 //
+// # RPCs and the official SDKs
+//
+// Every RPC is served; none answers Unimplemented. Which SDK calls which,
+// read from their public sources at these versions: Go kubemq-go v1.9.0
+// (the version the module proxy serves); Python kubemq 4.0.0 and 4.1.5;
+// JS kubemq-js 1.2.3 (the 1.x on npm), 2.1.0 and 3.0.0; Java kubemq-Java
+// v1.0.6 and kubemq-java-v2 2.1.1 and 3.1.1 (same set); .NET kubemq-CSharp
+// v1.7.2 and 3.0.1:
+//
+//	RPC                     Go  Py4 JS1 JS2 JS3 Java1 Java2/3 .NET1 .NET3
+//	SendEvent               x   x   x   .   .   x     .       x     x
+//	SendEventsStream        x   x   x   x   x   x     x       x     x
+//	SubscribeToEvents       x   x   x   x   x   x     x       x     x
+//	SubscribeToRequests     x   x   x   x   x   x     x       x     x
+//	SendRequest             x   x   x   x   x   x     x       x     x
+//	SendResponse            x   x   x   x   x   x     x       x     x
+//	SendQueueMessage        x   x   x   .   .   x     .       x     x
+//	SendQueueMessagesBatch  x   x   x   .   x   x     .       x     x
+//	ReceiveQueueMessages    x   x   x   x   x   x     x       x     x
+//	StreamQueueMessage      x   .   x   .   .   x     .       x     .
+//	AckAllQueueMessages     x   x   x   .   x   x     .       x     x
+//	Ping                    x   x   x   x   x   x     x       x     x
+//	QueuesUpstream          x   x   .   x   x   .     x       x     x
+//	QueuesDownstream        x   x   .   x   x   .     x       x     x
+//	QueuesInfo              x   .   .   .   .   .     .       x     .
+//
+// SubscribeToEvents carries both events and events store subscriptions,
+// SubscribeToRequests both commands and queries. StreamQueueMessage is the
+// only stream receive of kubemq-js 1.x, kubemq-Java 1.x and kubemq-CSharp
+// 1.x ("transactions"); it was Unimplemented until issue 14
+// (queue_legacy_stream.go). The SDKs' own copies of kubemq.proto hold no
+// field this package's does not (the newer ones drop QueuesInfo).
+//
+// What these SDKs offer that still does not work here:
+//   - channel management: create, delete and list channels (kubemq-go's
+//     Create, Delete and List of EventsClient, QueuesClient and the others,
+//     Python create_*_channel and list_*_channels, kubemq-js createChannel
+//     and listChannels, Java createEventsChannel and the like, .NET
+//     CreateChannelAsync and the like) send a query to the channel
+//     "kubemq.cluster.internal.requests" and wait for the broker's answer.
+//     Nothing answers it here, so it fails when its timeout passes, like
+//     any query without a subscriber. The community KubeMQ v2.4.0 source
+//     has no responder for it either (its channel management is the REST
+//     API, not served here);
+//   - the REST and WebSocket transports (kubemq-go TransportTypeRest, the
+//     REST SDKs): this package serves gRPC only;
+//   - anything beyond one node and memory: clustering, and persistence
+//     unless another part of the package provides it;
+//   - StreamQueueMessage answers a delivery as a reply to the receive
+//     request, where the real broker echoes whatever request came last
+//     (queue_legacy_stream.go); an SDK that matches replies by request id
+//     sees no difference.
+//
 // Files: server.go (options, lifecycle, Ping), queue_store.go (channels,
 // send, take, settle), queue_stream.go (the queues_stream transactions),
 // queue_strand.go (stranding), queue_rpc.go (legacy queue calls),
+// queue_legacy_stream.go (StreamQueueMessage),
 // queue_info.go (QueuesInfo, snapshots), queue_ring.go (the FIFO and delay
 // heap), events*.go, pubsub.go and queries.go (the pub/sub side).
 package broker

@@ -5,8 +5,6 @@ import (
 	"strings"
 
 	pb "github.com/kubemq-io/protobuf/go"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // QueueState is a snapshot of one queue channel, for tests.
@@ -97,8 +95,4 @@ func (st *queueStore) info(filter string) *pb.QueuesInfo {
 	}
 	out.TotalQueue = int32(len(out.Queues))
 	return out
-}
-
-func unimplemented(what string) error {
-	return status.Errorf(codes.Unimplemented, "broker: %s is not served by the embedded broker", what)
 }

@@ -95,12 +95,6 @@ func (s *Server) QueuesInfo(_ context.Context, req *pb.QueuesInfoRequest) (*pb.Q
 	return &pb.QueuesInfoResponse{RefRequestID: req.RequestID, Info: s.queues.info(req.QueueName)}, nil
 }
 
-// StreamQueueMessage (the legacy per-message stream with a server-side
-// visibility timeout) is not served.
-func (s *Server) StreamQueueMessage(pb.Kubemq_StreamQueueMessageServer) error {
-	return unimplemented("StreamQueueMessage")
-}
-
 // waitError turns the end of a wait into a gRPC status.
 func waitError(err error) error {
 	if err == ErrClosed {

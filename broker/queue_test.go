@@ -287,18 +287,6 @@ func TestQueueRawUpstreamAndLegacy(t *testing.T) {
 	}
 }
 
-func TestQueueStreamQueueMessageUnimplemented(t *testing.T) {
-	t.Parallel()
-	srv := brokertest.NewServer(t, fastOpts)
-	s, err := rawClient(t, srv.Addr).StreamQueueMessage(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Recv(); status.Code(err) != codes.Unimplemented {
-		t.Errorf("StreamQueueMessage: %v, want Unimplemented", err)
-	}
-}
-
 func TestQueueTooManyPollsOnOneStream(t *testing.T) {
 	t.Parallel()
 	srv := brokertest.NewServer(t, fastOpts)

@@ -20,8 +20,9 @@ type Options struct {
 	// Tests may shorten it.
 	PollWaitFloor time.Duration
 	// SecondLength is how long one second lasts in the protocol's
-	// whole-second fields: legacy receive and ack-all WaitTimeSeconds,
-	// DelaySeconds and ExpirationSeconds. Default time.Second, like KubeMQ.
+	// whole-second fields: legacy receive, ack-all and StreamQueueMessage
+	// WaitTimeSeconds, StreamQueueMessage VisibilitySeconds, DelaySeconds
+	// and ExpirationSeconds. Default time.Second, like KubeMQ.
 	// Tests may shorten it so that second-granular waits run fast; the times
 	// the server reports (DelayedTo, ExpirationAt) follow the shortened clock.
 	SecondLength time.Duration
