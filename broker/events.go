@@ -96,6 +96,11 @@ func (p *pubSub) sendEvent(ev *pb.Event) (*pb.Result, error) {
 	}
 	if ev.Store {
 		p.storeChannel(ev.Channel).append(ev, time.Now())
+		if p.persist != nil {
+			if err := p.persist.sync(); err != nil {
+				return nil, err
+			}
+		}
 	} else {
 		p.events.publish(ev.Channel, &pb.EventReceive{
 			EventID:  ev.EventID,

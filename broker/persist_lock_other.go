@@ -1,0 +1,7 @@
+//go:build !unix
+
+package broker
+
+// lockDir does not lock on this platform: one broker per data dir is up to
+// the operator.
+func lockDir(string) (func(), error) { return func() {}, nil }
