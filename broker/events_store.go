@@ -42,7 +42,7 @@ type storeChannel struct {
 	last   uint64 // last sequence given out; 0 before the first event
 	lastTS int64  // timestamps never go back, so a time search can bisect
 	log    []*pb.EventReceive
-	bytes  int64 // eventBytes of log
+	bytes  int64                    // eventBytes of log
 	groups map[string]*storeGroup   // named groups
 	solo   map[*storeGroup]struct{} // subscribers without a group
 }
