@@ -3,12 +3,17 @@ package broker_test
 // Tests of Options.DataDir: what a broker reopened on a data dir has back.
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -356,4 +361,117 @@ func TestDataDirLocked(t *testing.T) {
 	if _, err := broker.Open(broker.Options{DataDir: dir}); err == nil || !strings.Contains(err.Error(), "in use") {
 		t.Errorf("second open = %v, want in use", err)
 	}
+}
+
+// TestDataDirSIGKILL is the acceptance test of the data dir: 10k messages
+// sent to a broker process that is then killed with SIGKILL are all there
+// when a new process opens the dir; after a second kill, with 4k of them
+// acked and 6k delivered and not settled, the 6k come back (with their
+// receive count) and the acked ones do not.
+func TestDataDirSIGKILL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts broker processes")
+	}
+	t.Parallel()
+	const (
+		ch    = "kill.q"
+		total = 10000
+		acked = 4000
+	)
+	dir := t.TempDir()
+	c, kill := startBrokerProcess(t, dir)
+	for i := 0; i < total; i += 500 {
+		bodies := make([]string, 500)
+		for j := range bodies {
+			bodies[j] = fmt.Sprintf("m%05d", i+j)
+		}
+		rawSend(t, c, ch, bodies...)
+	}
+	kill()
+
+	c, kill = startBrokerProcess(t, dir)
+	d := openDownstream(t, c)
+	r := d.get(ch, total, 0)
+	checkBodies(t, "after the first kill", r.Messages, 0, total, 1)
+	var seqs []int64
+	for _, m := range r.Messages[:acked] {
+		seqs = append(seqs, int64(m.Attributes.Sequence))
+	}
+	settle(d, pb.QueuesDownstreamRequestType_AckRange, r.TransactionId, seqs...)
+	kill()
+
+	c, _ = startBrokerProcess(t, dir)
+	d = openDownstream(t, c)
+	r = d.get(ch, total, 0)
+	checkBodies(t, "after the second kill", r.Messages, acked, total, 2)
+}
+
+// checkBodies checks that msgs are m<from>..m<to-1>, in order, each with
+// receive count recv.
+func checkBodies(t *testing.T, when string, msgs []*pb.QueueMessage, from, to int, recv int32) {
+	t.Helper()
+	if len(msgs) != to-from {
+		t.Fatalf("%s: got %d messages, want %d", when, len(msgs), to-from)
+	}
+	for i, m := range msgs {
+		if want := fmt.Sprintf("m%05d", from+i); string(m.Body) != want || m.Attributes.ReceiveCount != recv {
+			t.Fatalf("%s: message %d = %s with receive count %d, want %s with %d", when, i, m.Body, m.Attributes.ReceiveCount, want, recv)
+		}
+	}
+}
+
+const helperDirEnv = "INFERQ_BROKER_HELPER_DATA_DIR"
+
+// startBrokerProcess runs a broker on dir in a process of its own (this
+// test binary, running TestDataDirHelperProcess) and returns a client of it
+// and a function that kills it with SIGKILL.
+func startBrokerProcess(t *testing.T, dir string) (pb.KubemqClient, func()) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestDataDirHelperProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), helperDirEnv+"="+dir)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start broker process: %v", err)
+	}
+	var once sync.Once
+	kill := func() {
+		once.Do(func() {
+			_ = cmd.Process.Signal(syscall.SIGKILL)
+			_ = cmd.Wait()
+		})
+	}
+	t.Cleanup(kill)
+	lines := bufio.NewScanner(out)
+	for lines.Scan() {
+		if addr, ok := strings.CutPrefix(lines.Text(), "ADDR "); ok {
+			go func() { _, _ = io.Copy(io.Discard, out) }()
+			return rawClient(t, addr), kill
+		}
+	}
+	t.Fatalf("broker process ended without an address: %v", lines.Err())
+	return nil, nil
+}
+
+// TestDataDirHelperProcess is the broker process of TestDataDirSIGKILL; run
+// directly it skips. It serves until killed, or exits after two minutes so
+// that it never outlives a test run that died.
+func TestDataDirHelperProcess(t *testing.T) {
+	dir := os.Getenv(helperDirEnv)
+	if dir == "" {
+		t.Skip("the broker process of TestDataDirSIGKILL")
+	}
+	srv, err := broker.Open(broker.Options{DataDir: dir, PollWaitFloor: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	if err := srv.Start("127.0.0.1:0"); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	fmt.Printf("ADDR %s\n", srv.Addr())
+	time.Sleep(2 * time.Minute)
+	os.Exit(1)
 }
