@@ -475,3 +475,23 @@ func TestDataDirHelperProcess(t *testing.T) {
 	time.Sleep(2 * time.Minute)
 	os.Exit(1)
 }
+
+// TestQueueConformanceWithDataDir runs the queue conformance rows on an
+// embedded broker with a data dir (INFERQ_BROKER_TEST_DATA_DIR=1 runs every
+// conformance test so).
+func TestQueueConformanceWithDataDir(t *testing.T) {
+	t.Parallel()
+	srv, _ := openData(t, t.TempDir(), func(o *broker.Options) { *o = broker.Options{DataDir: o.DataDir} })
+	tg := &target{Name: "embedded-data-dir", Addr: srv.Addr(), Embedded: srv}
+	n := 0
+	for _, r := range queueRows {
+		n += r.clients
+	}
+	e := &queueEnv{tg: tg, warm: warmStreams(t, tg, n)}
+	for _, r := range queueRows {
+		t.Run(r.name, func(t *testing.T) {
+			t.Parallel()
+			r.run(t, e)
+		})
+	}
+}
