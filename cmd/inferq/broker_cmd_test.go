@@ -13,6 +13,7 @@ import (
 	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/mq"
 	"github.com/inferq/inferq/testcert"
+	pb "github.com/kubemq-io/protobuf/go"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -148,4 +149,42 @@ func freeAddr(t *testing.T) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
+}
+
+// serve --embedded-broker keeps its queues in broker.data_dir (or
+// $INFERQ_BROKER_DATA_DIR): a message sent before a restart is there after.
+func TestEmbeddedBrokerDataDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "broker")
+	a, _, _ := testApp(map[string]string{"INFERQ_BROKER_DATA_DIR": dir})
+	cfgFile := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(cfgFile, []byte("broker:\n  address: 127.0.0.1:1\nmodels:\n  - name: m\n    path: m.onnx\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := a.loadConfig(configFlags{path: cfgFile})
+	if err != nil {
+		t.Fatalf("load config: %v", err)
+	}
+	if c.Broker.DataDir != dir {
+		t.Fatalf("broker.data_dir = %q, want %q from INFERQ_BROKER_DATA_DIR", c.Broker.DataDir, dir)
+	}
+	log := slog.New(slog.DiscardHandler)
+	srv, err := startEmbeddedBroker("127.0.0.1:0", c.Broker, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := srv.SendQueueMessage(context.Background(), &pb.QueueMessage{ClientID: "t", Channel: "kept", Body: []byte("x")})
+	if err != nil || res.IsError {
+		t.Fatalf("send: %v %v", err, res)
+	}
+	if err := srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	srv, err = startEmbeddedBroker("127.0.0.1:0", c.Broker, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	if got := srv.QueueSnapshot("kept").Waiting; len(got) != 1 || string(got[0].Body) != "x" {
+		t.Fatalf("after a restart: %v, want the message", got)
+	}
 }
