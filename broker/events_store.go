@@ -40,6 +40,10 @@ type storeChannel struct {
 	mu     sync.Mutex
 	first  uint64 // sequence of log[0]; last+1 while the log is empty
 	last   uint64 // last sequence given out; 0 before the first event
+	// published is the last sequence subscribers may see: last, but with
+	// a data dir only events on disk (and those before them), so that no
+	// subscriber sees an event that a crash could take back.
+	published uint64
 	lastTS int64  // timestamps never go back, so a time search can bisect
 	log    []*pb.EventReceive
 	bytes  int64                    // eventBytes of log
@@ -129,9 +133,10 @@ func eventBytes(e *pb.EventReceive) int64 {
 	return int64(n)
 }
 
-// append stores ev with the next sequence number and hands it to the
-// channel's subscriptions that have room.
-func (c *storeChannel) append(ev *pb.Event, now time.Time) {
+// append stores ev with the next sequence number and, without a data dir,
+// hands it to the channel's subscriptions that have room. With one it
+// returns the sequence to publish once the event is on disk.
+func (c *storeChannel) append(ev *pb.Event, now time.Time) uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ts := max(now.UnixNano(), c.lastTS)
@@ -148,10 +153,28 @@ func (c *storeChannel) append(ev *pb.Event, now time.Time) {
 	}
 	c.log = append(c.log, e)
 	c.bytes += eventBytes(e)
+	c.evict(now)
 	if c.persist != nil {
 		c.persist.event(e)
+		return c.last
 	}
-	c.evict(now)
+	c.published = c.last
+	c.dispatchAll()
+	return c.last
+}
+
+// publish lets subscribers see the events up to seq, now on disk.
+func (c *storeChannel) publish(seq uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if seq > c.published {
+		c.published = seq
+		c.dispatchAll()
+	}
+}
+
+// dispatchAll hands every cursor its next events. c.mu is held.
+func (c *storeChannel) dispatchAll() {
 	for _, g := range c.groups {
 		c.dispatch(g)
 	}
@@ -191,7 +214,7 @@ func (c *storeChannel) dispatch(g *storeGroup) {
 		g.redeliver = g.redeliver[1:]
 	}
 	g.cursor = max(g.cursor, c.first)
-	for g.cursor <= c.last {
+	for g.cursor <= c.published {
 		if !g.offer(c.log[g.cursor-c.first]) {
 			g.behind.Store(true)
 			return
@@ -412,7 +435,7 @@ func (p *pubSub) restore(logs map[string]*eventLog) {
 	defer p.storeMu.Unlock()
 	for name, el := range logs {
 		c := p.newStoreChannel()
-		c.last = el.last
+		c.last, c.published = el.last, el.last
 		c.first = el.last + 1
 		if len(el.events) > 0 {
 			c.first = el.events[0].Sequence

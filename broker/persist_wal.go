@@ -171,9 +171,15 @@ func syncDir(dir string) error {
 	return nil
 }
 
-// append adds one record and returns its number, for wait.
+// append adds one record and returns its number, for wait. After the log
+// failed or closed it drops the record (wait reports the failure).
 func (w *wal) append(typ byte, body func([]byte) []byte) uint64 {
 	w.mu.Lock()
+	if w.err != nil {
+		n := w.appended
+		w.mu.Unlock()
+		return n
+	}
 	w.buf = walAppend(w.buf, typ, body)
 	w.appended++
 	n := w.appended
@@ -275,11 +281,18 @@ func (w *wal) close() error {
 	<-w.done
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.err == nil && w.synced < w.appended {
-		return errors.New("broker: data dir log closed with records unwritten")
+	err := w.err
+	if err == nil && w.synced < w.appended {
+		err = errors.New("broker: data dir log closed with records unwritten")
 	}
-	return w.err
+	if w.err == nil {
+		w.err = errWALClosed // later appends are dropped, waits answer
+	}
+	w.flushed.Broadcast()
+	return err
 }
+
+var errWALClosed = errors.New("broker: data dir log closed")
 
 // readFile reads a whole segment or snapshot.
 func readFile(path string) ([]byte, error) {
