@@ -37,18 +37,18 @@ type storeChannel struct {
 	bounds  eventBounds
 	persist *persister // nil without a data dir
 
-	mu     sync.Mutex
-	first  uint64 // sequence of log[0]; last+1 while the log is empty
-	last   uint64 // last sequence given out; 0 before the first event
+	mu    sync.Mutex
+	first uint64 // sequence of log[0]; last+1 while the log is empty
+	last  uint64 // last sequence given out; 0 before the first event
 	// published is the last sequence subscribers may see: last, but with
 	// a data dir only events on disk (and those before them), so that no
 	// subscriber sees an event that a crash could take back.
 	published uint64
-	lastTS int64  // timestamps never go back, so a time search can bisect
-	log    []*pb.EventReceive
-	bytes  int64                    // eventBytes of log
-	groups map[string]*storeGroup   // named groups
-	solo   map[*storeGroup]struct{} // subscribers without a group
+	lastTS    int64 // timestamps never go back, so a time search can bisect
+	log       []*pb.EventReceive
+	bytes     int64                    // eventBytes of log
+	groups    map[string]*storeGroup   // named groups
+	solo      map[*storeGroup]struct{} // subscribers without a group
 }
 
 // storeGroup is one cursor: a named group's, or a lone subscriber's.

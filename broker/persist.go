@@ -1,9 +1,11 @@
 package broker
 
 import (
+	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -215,11 +217,11 @@ func (p *persister) compact(seg uint64) error {
 	if err != nil {
 		return err
 	}
-	st, err := loadState(p.dir, files, seg, p.log)
+	st, err := loadState(p.dir, files, seg, p.opts)
 	if err != nil {
 		return err
 	}
-	st.bound(p.opts, time.Now())
+	st.bound(time.Now())
 	if err := writeSnapshot(p.dir, seg, st); err != nil {
 		return err
 	}
@@ -278,11 +280,12 @@ func (f dataFiles) last() uint64 {
 
 // state is what a replay rebuilds.
 type state struct {
-	msgs    map[uint64]*liveMsg
-	order   uint64
-	maxKey  uint64
-	events  map[string]*eventLog
-	skipped int // bytes of torn tails skipped
+	bounds eventBounds // the events store's, applied while loading too
+	msgs   map[uint64]*liveMsg
+	order  uint64
+	maxKey uint64
+	events map[string]*eventLog
+	torn   int // segments whose torn tail was skipped
 }
 
 type liveMsg struct {
@@ -294,29 +297,31 @@ type liveMsg struct {
 type eventLog struct {
 	last   uint64
 	events []*pb.EventReceive
+	bytes  int64 // eventBytes of events
 }
 
-func newState() *state {
-	return &state{msgs: map[uint64]*liveMsg{}, events: map[string]*eventLog{}}
+func newState(opts *Options) *state {
+	return &state{
+		bounds: eventBounds{retention: opts.Retention, maxEvents: opts.EventsStoreMaxEvents, maxBytes: opts.EventsStoreMaxBytes},
+		msgs:   map[uint64]*liveMsg{}, events: map[string]*eventLog{},
+	}
 }
 
 // loadState replays the newest snapshot and the segments after it, up to
 // through.
-func loadState(dir string, files dataFiles, through uint64, log *slog.Logger) (*state, error) {
-	st := newState()
+func loadState(dir string, files dataFiles, through uint64, opts *Options) (*state, error) {
+	log := opts.Logger
+	st := newState(opts)
 	var from uint64
 	if n := len(files.snaps); n > 0 {
 		from = files.snaps[n-1]
-		data, err := readFile(snapshotName(dir, from))
+		path := snapshotName(dir, from)
+		n, torn, err := scanFile(path, st.apply)
 		if err != nil {
 			return nil, err
 		}
-		n, err := walScan(data, st.apply)
-		if err != nil {
-			return nil, fmt.Errorf("broker: snapshot %s: %w", snapshotName(dir, from), err)
-		}
-		if n != len(data) {
-			return nil, fmt.Errorf("broker: snapshot %s is corrupt at byte %d of %d", snapshotName(dir, from), n, len(data))
+		if torn {
+			return nil, fmt.Errorf("broker: snapshot %s is corrupt after byte %d", path, n)
 		}
 	}
 	for _, seg := range files.segs {
@@ -324,17 +329,13 @@ func loadState(dir string, files dataFiles, through uint64, log *slog.Logger) (*
 			continue
 		}
 		path := segmentName(dir, seg)
-		data, err := readFile(path)
+		n, torn, err := scanFile(path, st.apply)
 		if err != nil {
 			return nil, err
 		}
-		n, err := walScan(data, st.apply)
-		if err != nil {
-			return nil, fmt.Errorf("broker: segment %s: %w", path, err)
-		}
-		if n != len(data) {
-			st.skipped += len(data) - n
-			log.Warn("broker data dir: skipped a torn tail (records never acknowledged)", "segment", path, "at", n, "bytes", len(data)-n)
+		if torn {
+			st.torn++
+			log.Warn("broker data dir: skipped a torn tail (records never acknowledged)", "segment", path, "after_byte", n)
 		}
 	}
 	return st, nil
@@ -392,10 +393,12 @@ func (st *state) apply(typ byte, b []byte) error {
 			if e.Sequence <= el.events[n-1].Sequence {
 				return nil
 			}
-			el.events = el.events[:0]
+			el.events, el.bytes = el.events[:0], 0
 		}
 		el.events = append(el.events, e)
+		el.bytes += eventBytes(e)
 		el.last = max(el.last, e.Sequence)
+		st.trim(el)
 	case recSeq:
 		last, n := binary.Uvarint(b)
 		if n <= 0 {
@@ -418,16 +421,31 @@ func (st *state) eventLog(channel string) *eventLog {
 	return el
 }
 
+// trim applies the count and bytes bounds to el once it holds twice as
+// much, so that a replay holds no more than that.
+func (st *state) trim(el *eventLog) {
+	b := st.bounds
+	if (b.maxEvents <= 0 || len(el.events) <= 2*b.maxEvents) && (b.maxBytes <= 0 || el.bytes <= 2*b.maxBytes) {
+		return
+	}
+	b.retention = 0
+	el.dropOldest(b.drop(len(el.events), el.bytes, time.Time{}, el.at))
+}
+
+func (el *eventLog) at(i int) *pb.EventReceive { return el.events[i] }
+
+// dropOldest drops the first n events, letting go of their memory.
+func (el *eventLog) dropOldest(n int) {
+	for _, e := range el.events[:n] {
+		el.bytes -= eventBytes(e)
+	}
+	el.events = slices.Clone(el.events[n:])
+}
+
 // bound applies the events store's retention and bounds.
-func (st *state) bound(opts *Options, now time.Time) {
+func (st *state) bound(now time.Time) {
 	for _, el := range st.events {
-		b := eventBounds{retention: opts.Retention, maxEvents: opts.EventsStoreMaxEvents, maxBytes: opts.EventsStoreMaxBytes}
-		var bytes int64
-		for _, e := range el.events {
-			bytes += eventBytes(e)
-		}
-		drop := b.drop(len(el.events), bytes, now, func(i int) *pb.EventReceive { return el.events[i] })
-		el.events = el.events[drop:]
+		el.dropOldest(st.bounds.drop(len(el.events), el.bytes, now, el.at))
 	}
 }
 
@@ -452,39 +470,21 @@ func (st *state) sorted() []*liveMsg {
 // writeSnapshot writes st as snapshot n: a temporary file, fsynced, renamed,
 // and the directory fsynced.
 func writeSnapshot(dir string, n uint64, st *state) error {
-	var buf []byte
-	for _, l := range st.sorted() {
-		var err error
-		buf = walAppend(buf, recPut, func(b []byte) []byte {
-			b = binary.AppendUvarint(b, l.key)
-			var out []byte
-			out, err = appendProto(b, l.m)
-			return out
-		})
-		if err != nil {
-			return fmt.Errorf("broker: snapshot message %s: %w", l.m.MessageID, err)
-		}
-	}
-	for ch, el := range st.events {
-		buf = walAppend(buf, recSeq, func(b []byte) []byte {
-			return append(binary.AppendUvarint(b, el.last), ch...)
-		})
-		for _, e := range el.events {
-			var err error
-			buf = walAppend(buf, recEvent, func(b []byte) []byte {
-				var out []byte
-				out, err = appendProto(b, e)
-				return out
-			})
-			if err != nil {
-				return fmt.Errorf("broker: snapshot event %s: %w", e.EventID, err)
-			}
-		}
-	}
 	path := snapshotName(dir, n)
 	tmp := path + ".tmp"
-	if err := writeSynced(tmp, buf); err != nil {
-		return err
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("broker: create %s: %w", tmp, err)
+	}
+	err = writeState(f, st)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("broker: write snapshot %s: %w", tmp, err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		return fmt.Errorf("broker: rename snapshot %s: %w", tmp, err)
@@ -492,23 +492,45 @@ func writeSnapshot(dir string, n uint64, st *state) error {
 	return syncDir(dir)
 }
 
-func writeSynced(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return fmt.Errorf("broker: create %s: %w", path, err)
+// writeState writes st's records to w, a record at a time.
+func writeState(w io.Writer, st *state) error {
+	bw := bufio.NewWriterSize(w, 1<<20)
+	var buf []byte
+	var err error
+	record := func(typ byte, body func([]byte) []byte) error {
+		buf = walAppend(buf[:0], typ, body)
+		if err != nil {
+			return err
+		}
+		_, werr := bw.Write(buf)
+		return werr
 	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return fmt.Errorf("broker: write %s: %w", path, err)
+	for _, l := range st.sorted() {
+		if e := record(recPut, func(b []byte) []byte {
+			var out []byte
+			out, err = appendProto(binary.AppendUvarint(b, l.key), l.m)
+			return out
+		}); e != nil {
+			return fmt.Errorf("message %s: %w", l.m.MessageID, e)
+		}
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("broker: fsync %s: %w", path, err)
+	for ch, el := range st.events {
+		for _, ev := range el.events {
+			if e := record(recEvent, func(b []byte) []byte {
+				var out []byte
+				out, err = appendProto(b, ev)
+				return out
+			}); e != nil {
+				return fmt.Errorf("event %s: %w", ev.EventID, e)
+			}
+		}
+		if e := record(recSeq, func(b []byte) []byte {
+			return append(binary.AppendUvarint(b, el.last), ch...)
+		}); e != nil {
+			return e
+		}
 	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("broker: close %s: %w", path, err)
-	}
-	return nil
+	return bw.Flush()
 }
 
 // removeOld removes the snapshots and segments that snapshot n replaces.
@@ -549,12 +571,12 @@ func openPersister(s *Server) (*persister, error) {
 		}
 	}
 	last := files.last()
-	st, err := loadState(dir, files, last, s.log)
+	st, err := loadState(dir, files, last, &s.opts)
 	if err != nil {
 		return nil, err
 	}
 	now := time.Now()
-	st.bound(&s.opts, now)
+	st.bound(now)
 	if last > 0 {
 		if err := writeSnapshot(dir, last, st); err != nil {
 			return nil, err
@@ -572,7 +594,7 @@ func openPersister(s *Server) (*persister, error) {
 	}
 	s.queues.restore(live, now.UnixNano())
 	s.pubsub.restore(st.events)
-	s.log.Info("broker data dir loaded", "dir", dir, "messages", len(live), "events_channels", len(st.events), "torn_bytes_skipped", st.skipped)
+	s.log.Info("broker data dir loaded", "dir", dir, "messages", len(live), "events_channels", len(st.events), "torn_tails_skipped", st.torn)
 	p.w, err = openWAL(dir, last+1, s.opts.SegmentBytes, p.rotated)
 	if err != nil {
 		return nil, err

@@ -3,6 +3,7 @@ package broker
 import (
 	"bytes"
 	"testing"
+	"time"
 
 	pb "github.com/kubemq-io/protobuf/go"
 )
@@ -26,28 +27,37 @@ func FuzzWALDecode(f *testing.F) {
 	f.Add(seed[:len(seed)-2], []byte{})
 	f.Add([]byte{0xff, 0xff, 0xff, 0x7f, 0, 0, 0, 0}, []byte{1})
 	f.Fuzz(func(t *testing.T, data, payload []byte) {
-		n, err := walScan(data, func(typ byte, p []byte) error {
-			if len(p) > len(data) {
-				t.Fatalf("payload of %d bytes from %d bytes of data", len(p), len(data))
-			}
+		var read int64
+		n, torn, err := walScan(bytes.NewReader(data), func(typ byte, p []byte) error {
+			read += int64(walHeader + 1 + len(p))
 			return nil
 		})
-		if err != nil || n > len(data) {
-			t.Fatalf("scan read %d of %d bytes: %v", n, len(data), err)
+		if err != nil || n != read || n > int64(len(data)) || (!torn && n != int64(len(data))) {
+			t.Fatalf("scan read %d (records %d) of %d bytes, torn %v: %v", n, read, len(data), torn, err)
 		}
-		st := newState()
-		_, _ = walScan(data, st.apply) // an intact record with a bad payload is an error, not a panic
+		st := newState(&Options{EventsStoreMaxEvents: 2, EventsStoreMaxBytes: 64})
+		_, _, _ = walScan(bytes.NewReader(data), st.apply) // a bad payload in an intact record is an error, not a panic
+		st.bound(time.Now())
 
 		rec := walAppend(nil, recGone, func(b []byte) []byte { return append(b, payload...) })
-		typ, got, size, err := walDecode(append(rec, data...))
-		if err != nil || typ != recGone || size != len(rec) || !bytes.Equal(got, payload) {
-			t.Fatalf("round trip of %x: type %d payload %x size %d err %v", payload, typ, got, size, err)
-		}
-		if len(rec) > walHeader {
-			torn := rec[:len(rec)-1]
-			if _, _, _, err := walDecode(torn); err == nil {
-				t.Fatalf("a record cut short decoded")
+		var got []byte
+		records := 0
+		_, _, err = walScan(bytes.NewReader(append(rec, data...)), func(typ byte, p []byte) error {
+			if records == 0 {
+				if typ != recGone {
+					t.Fatalf("type %d, want %d", typ, recGone)
+				}
+				got = bytes.Clone(p)
 			}
+			records++
+			return nil
+		})
+		if err != nil || records == 0 || !bytes.Equal(got, payload) {
+			t.Fatalf("round trip of %x: got %x (%d records): %v", payload, got, records, err)
+		}
+		n, torn, _ = walScan(bytes.NewReader(rec[:len(rec)-1]), func(byte, []byte) error { return nil })
+		if n != 0 || !torn {
+			t.Fatalf("a record cut short: read %d, torn %v", n, torn)
 		}
 	})
 }

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 )
 
@@ -65,39 +67,66 @@ func walAppend(buf []byte, typ byte, body func([]byte) []byte) []byte {
 	return buf
 }
 
-// walDecode reads the record at the start of b: its type, its payload (a
-// slice of b) and its encoded length. errTorn: b does not start with a whole,
-// intact record.
-func walDecode(b []byte) (typ byte, payload []byte, n int, err error) {
-	if len(b) < walHeader {
-		return 0, nil, 0, errTorn
+// walScan calls fn with every intact record read from r, in order; the
+// payload it passes is only valid during the call. It returns how many
+// bytes the intact records took; a record that is short, too long or fails
+// its CRC ends the scan there (torn is then true). Only a read error or fn's
+// error is an error.
+func walScan(r io.Reader, fn func(typ byte, payload []byte) error) (n int64, torn bool, err error) {
+	br := bufio.NewReaderSize(r, 1<<16)
+	var hdr [walHeader]byte
+	var body []byte
+	for {
+		if _, err := io.ReadFull(br, hdr[:]); err != nil {
+			return walEnd(n, err, err != io.EOF)
+		}
+		size := binary.LittleEndian.Uint32(hdr[:])
+		if size == 0 || size > walMaxRecord {
+			return n, true, nil
+		}
+		// Read in steps, so that a garbage length is not an allocation of
+		// up to walMaxRecord before the data runs out.
+		body = body[:0]
+		for len(body) < int(size) {
+			k := min(int(size)-len(body), 1<<20)
+			body = slices.Grow(body, k)
+			got, err := io.ReadFull(br, body[len(body):len(body)+k])
+			body = body[:len(body)+got]
+			if err != nil {
+				return walEnd(n, err, true)
+			}
+		}
+		if crc32.Checksum(body, walCRC) != binary.LittleEndian.Uint32(hdr[4:]) {
+			return n, true, nil
+		}
+		if err := fn(body[0], body[1:]); err != nil {
+			return n, false, err
+		}
+		n += walHeader + int64(size)
 	}
-	size := binary.LittleEndian.Uint32(b)
-	if size == 0 || size > walMaxRecord || uint64(len(b)-walHeader) < uint64(size) {
-		return 0, nil, 0, errTorn
-	}
-	body := b[walHeader : walHeader+int(size)]
-	if crc32.Checksum(body, walCRC) != binary.LittleEndian.Uint32(b[4:]) {
-		return 0, nil, 0, errTorn
-	}
-	return body[0], body[1:], walHeader + int(size), nil
 }
 
-// walScan calls fn with every intact record of data in order. It returns
-// how many bytes it read; fewer than len(data) means a torn tail.
-func walScan(data []byte, fn func(typ byte, payload []byte) error) (int, error) {
-	off := 0
-	for off < len(data) {
-		typ, payload, n, err := walDecode(data[off:])
-		if err != nil {
-			return off, nil
-		}
-		if err := fn(typ, payload); err != nil {
-			return off, err
-		}
-		off += n
+// walEnd ends a scan at a read error: the end of the data (torn when it
+// cut a record) or a real error.
+func walEnd(n int64, err error, torn bool) (int64, bool, error) {
+	if err == io.EOF || err == io.ErrUnexpectedEOF {
+		return n, torn, nil
 	}
-	return off, nil
+	return n, false, err
+}
+
+// scanFile scans the segment or snapshot at path.
+func scanFile(path string, fn func(typ byte, payload []byte) error) (n int64, torn bool, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, false, fmt.Errorf("broker: open %s: %w", path, err)
+	}
+	defer f.Close()
+	n, torn, err = walScan(f, fn)
+	if err != nil {
+		return n, torn, fmt.Errorf("broker: read %s: %w", path, err)
+	}
+	return n, torn, nil
 }
 
 func segmentName(dir string, n uint64) string {
@@ -293,17 +322,3 @@ func (w *wal) close() error {
 }
 
 var errWALClosed = errors.New("broker: data dir log closed")
-
-// readFile reads a whole segment or snapshot.
-func readFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("broker: open %s: %w", path, err)
-	}
-	defer f.Close()
-	b, err := io.ReadAll(f)
-	if err != nil {
-		return nil, fmt.Errorf("broker: read %s: %w", path, err)
-	}
-	return b, nil
-}

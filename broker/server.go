@@ -40,7 +40,7 @@ type Options struct {
 	// everything is in memory. One broker at a time may use a directory.
 	DataDir string
 	// SegmentBytes is the size at which the data dir's log starts a new
-	// segment and compacts the full ones into a snapshot. Default 64 MiB.
+	// segment and compacts the full ones into a snapshot. Default 16 MiB.
 	SegmentBytes int64
 	// MaxMessageBytes is the largest gRPC message accepted; bigger ones
 	// are refused with ResourceExhausted. Default 100 MiB.
@@ -87,7 +87,7 @@ func (o *Options) setDefaults() {
 		o.EventsStoreMaxBytes = DefaultEventsStoreMaxBytes
 	}
 	if o.SegmentBytes <= 0 {
-		o.SegmentBytes = 64 << 20
+		o.SegmentBytes = 16 << 20
 	}
 }
 
