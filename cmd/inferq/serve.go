@@ -75,7 +75,7 @@ func runServe(ctx context.Context, a *app, args []string) error {
 	fs := a.newFlags("serve", "serve --config FILE [flags]", serveHelp)
 	var f serveFlags
 	f.cfg.register(fs)
-	fs.StringVar(&f.embedded, "embedded-broker", "", "start the in-memory embedded broker on ADDR first and use it (default ADDR 127.0.0.1:50000), requiring broker.auth_token when set (plaintext: broker.tls is refused); for demos and tests, not production")
+	fs.StringVar(&f.embedded, "embedded-broker", "", "start the embedded broker on ADDR first and use it (default ADDR 127.0.0.1:50000), requiring broker.auth_token when set (plaintext: broker.tls is refused), in memory or kept in broker.data_dir; for demos and tests, not production")
 	fs.Lookup("embedded-broker").NoOptDefVal = "127.0.0.1:50000"
 	fs.StringVar(&f.ortLib, "ort-lib", "", "onnxruntime shared library (file or directory); default: $INFERQ_ORT_LIB, next to the binary, ./lib")
 	fs.BoolVar(&f.printConfig, "print-config", false, "print the merged configuration (secrets masked) and exit")
