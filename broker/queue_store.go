@@ -561,10 +561,7 @@ func (q *queue) take(ctx context.Context, max int, wait time.Duration, hold bool
 		q.mu.Unlock()
 		q.st.reroute(routed)
 		if ch == nil {
-			if !hold {
-				q.logGoneAll(msgs)
-			}
-			return msgs, expired, nil
+			return q.taken(msgs, expired, hold)
 		}
 		if timer == nil {
 			timer = time.NewTimer(wait)
@@ -579,12 +576,19 @@ func (q *queue) take(ctx context.Context, max int, wait time.Duration, hold bool
 			return nil, expired, err
 		}
 		if done {
-			if !hold {
-				q.logGoneAll(msgs)
-			}
-			return msgs, expired, nil
+			return q.taken(msgs, expired, hold)
 		}
 	}
+}
+
+// taken ends a successful take: consumed messages (without hold) are gone
+// for good, on disk too before the caller answers, as an ack is.
+func (q *queue) taken(msgs []*pb.QueueMessage, expired int, hold bool) ([]*pb.QueueMessage, int, error) {
+	if !hold && len(msgs) > 0 && q.st.persist != nil {
+		q.logGoneAll(msgs)
+		_ = q.st.sync() // a failed data dir is logged; the messages are delivered
+	}
+	return msgs, expired, nil
 }
 
 // await waits for the queue to change (ch, taken with waitChLocked and a
