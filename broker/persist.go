@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	pb "github.com/kubemq-io/protobuf/go"
@@ -40,13 +41,19 @@ import (
 // Queue sequence numbers start again from 1 after a restart (the messages
 // keep their order); events store sequences continue.
 //
-// Compaction: when a segment is full the writer starts the next one, and a
-// goroutine replays the last snapshot and the full segments into a new
-// snapshot (written to a temporary file, fsynced, renamed), then removes what
-// it replaces. Open does the same with every segment it found before it
-// serves. The events store's bounds and retention apply there too, so the
-// disk holds what memory holds plus at most the segments since the last
-// snapshot.
+// Compaction: when a segment is full the writer starts the next one; once
+// the full segments since the last snapshot are as big as that snapshot, a
+// goroutine replays the snapshot and those segments into a new snapshot
+// (written to a temporary file, fsynced, renamed), then removes what it
+// replaces. Open does the same with every segment it found before it serves.
+// The events store's bounds and retention apply there too, so the disk holds
+// about twice what memory holds plus two segments. A compaction holds a
+// second copy of the live data in memory while it runs (the broker's own
+// stores are not locked for it).
+//
+// Events store events reach subscribers only once on disk
+// (storeChannel.published), so no subscriber sees an event a crash takes
+// back and whose sequence number a later event would then reuse.
 
 const (
 	recPut   byte = 1
@@ -71,6 +78,10 @@ type persister struct {
 
 	compactMu sync.Mutex // one compaction at a time
 	compactCh chan uint64
+	// logged counts the bytes of the full segments since the last
+	// snapshot (writer goroutine only); snapBytes is that snapshot's size.
+	logged    int64
+	snapBytes atomic.Int64
 	compacted chan struct{}
 	failOnce  sync.Once
 }
@@ -183,8 +194,17 @@ func (p *persister) fail(err error) {
 	})
 }
 
-// rotated hands a full segment to the compactor without waiting.
-func (p *persister) rotated(seg uint64) {
+// rotated hands a full segment to the compactor without waiting, once the
+// full segments since the last snapshot are as big as it: a compaction
+// rewrites every live message and event, so a big backlog is rewritten
+// after as many bytes of log, not after every segment, and the disk holds
+// at most about twice the live data and two segments.
+func (p *persister) rotated(seg uint64, size int64) {
+	p.logged += size
+	if p.logged < p.snapBytes.Load() {
+		return
+	}
+	p.logged = 0
 	select {
 	case p.compactCh <- seg:
 	default:
@@ -222,9 +242,11 @@ func (p *persister) compact(seg uint64) error {
 		return err
 	}
 	st.bound(time.Now())
-	if err := writeSnapshot(p.dir, seg, st); err != nil {
+	size, err := writeSnapshot(p.dir, seg, st)
+	if err != nil {
 		return err
 	}
+	p.snapBytes.Store(size)
 	removeOld(p.dir, files, seg, p.log)
 	return nil
 }
@@ -469,14 +491,15 @@ func (st *state) sorted() []*liveMsg {
 
 // writeSnapshot writes st as snapshot n: a temporary file, fsynced, renamed,
 // and the directory fsynced.
-func writeSnapshot(dir string, n uint64, st *state) error {
+func writeSnapshot(dir string, n uint64, st *state) (int64, error) {
 	path := snapshotName(dir, n)
 	tmp := path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
-		return fmt.Errorf("broker: create %s: %w", tmp, err)
+		return 0, fmt.Errorf("broker: create %s: %w", tmp, err)
 	}
-	err = writeState(f, st)
+	cw := &countWriter{w: f}
+	err = writeState(cw, st)
 	if err == nil {
 		err = f.Sync()
 	}
@@ -484,12 +507,24 @@ func writeSnapshot(dir string, n uint64, st *state) error {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("broker: write snapshot %s: %w", tmp, err)
+		return 0, fmt.Errorf("broker: write snapshot %s: %w", tmp, err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("broker: rename snapshot %s: %w", tmp, err)
+		return 0, fmt.Errorf("broker: rename snapshot %s: %w", tmp, err)
 	}
-	return syncDir(dir)
+	return cw.n, syncDir(dir)
+}
+
+// countWriter counts what it writes.
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(b []byte) (int, error) {
+	n, err := c.w.Write(b)
+	c.n += int64(n)
+	return n, err
 }
 
 // writeState writes st's records to w, a record at a time.
@@ -564,11 +599,10 @@ func openPersister(s *Server) (*persister, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, tmp := range []string{"*.tmp"} {
-		olds, _ := filepath.Glob(filepath.Join(dir, tmp))
-		for _, o := range olds {
-			rm(o, s.log)
-		}
+	// A snapshot a crash left half written.
+	tmps, _ := filepath.Glob(filepath.Join(dir, "snap-*.tmp"))
+	for _, tmp := range tmps {
+		rm(tmp, s.log)
 	}
 	last := files.last()
 	st, err := loadState(dir, files, last, &s.opts)
@@ -577,8 +611,9 @@ func openPersister(s *Server) (*persister, error) {
 	}
 	now := time.Now()
 	st.bound(now)
+	var snapBytes int64
 	if last > 0 {
-		if err := writeSnapshot(dir, last, st); err != nil {
+		if snapBytes, err = writeSnapshot(dir, last, st); err != nil {
 			return nil, err
 		}
 		removeOld(dir, files, last, s.log)
@@ -588,6 +623,7 @@ func openPersister(s *Server) (*persister, error) {
 		keys: make(map[*pb.QueueMessage]uint64, len(st.msgs)), next: st.maxKey,
 		compactCh: make(chan uint64, 1), compacted: make(chan struct{}),
 	}
+	p.snapBytes.Store(snapBytes)
 	live := st.sorted()
 	for _, l := range live {
 		p.keys[l.m] = l.key

@@ -142,7 +142,7 @@ func snapshotName(dir string, n uint64) string {
 type wal struct {
 	dir      string
 	segBytes int64
-	rotated  func(seg uint64) // called by the writer after it closed a full segment
+	rotated  func(seg uint64, size int64) // called by the writer after it closed a full segment
 
 	mu       sync.Mutex
 	pending  *sync.Cond // data appended, or closing
@@ -161,7 +161,7 @@ type wal struct {
 }
 
 // openWAL starts segment seg in dir (which must not hold it) and its writer.
-func openWAL(dir string, seg uint64, segBytes int64, rotated func(uint64)) (*wal, error) {
+func openWAL(dir string, seg uint64, segBytes int64, rotated func(uint64, int64)) (*wal, error) {
 	w := &wal{dir: dir, segBytes: segBytes, rotated: rotated, seg: seg, done: make(chan struct{})}
 	w.pending = sync.NewCond(&w.mu)
 	w.flushed = sync.NewCond(&w.mu)
@@ -287,7 +287,7 @@ func (w *wal) write(buf []byte) error {
 	if err := w.f.Close(); err != nil {
 		return fmt.Errorf("broker: close %s: %w", w.f.Name(), err)
 	}
-	full := w.seg
+	full, size := w.seg, w.size
 	w.f = nil
 	f, err := createSynced(segmentName(w.dir, full+1))
 	if err != nil {
@@ -295,7 +295,7 @@ func (w *wal) write(buf []byte) error {
 	}
 	w.f, w.seg, w.size = f, full+1, 0
 	if w.rotated != nil {
-		w.rotated(full)
+		w.rotated(full, size)
 	}
 	return nil
 }
