@@ -29,6 +29,7 @@ func TestBrokerSecurityFlagErrors(t *testing.T) {
 		{[]string{"--tls-client-ca", "ca.pem"}, "--tls-client-ca needs --tls-cert and --tls-key"},
 		{[]string{"--auth-token", "a", "--auth-token-file", "f"}, "exclusive"},
 		{[]string{"--auth-token-file", "/nonexistent/token"}, "--auth-token-file"},
+		{[]string{"--events-store-max-events", "0"}, "cannot be 0"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			a, _, errb := testApp(nil)
@@ -186,5 +187,31 @@ func TestEmbeddedBrokerDataDir(t *testing.T) {
 	defer srv.Close()
 	if got := srv.QueueSnapshot("kept").Waiting; len(got) != 1 || string(got[0].Body) != "x" {
 		t.Fatalf("after a restart: %v, want the message", got)
+	}
+}
+
+// `inferq broker --data-dir` (here from $INFERQ_BROKER_DATA_DIR) says where
+// it keeps its data and takes the directory's lock.
+func TestBrokerCommandDataDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	a, out, errb := testApp(map[string]string{"INFERQ_BROKER_DATA_DIR": dir})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	addr := freeAddr(t)
+	go func() { done <- a.main(ctx, []string{"broker", "--listen", addr}) }()
+	err := ping(t, mq.Config{Address: addr})
+	_, lockErr := os.Stat(filepath.Join(dir, "LOCK"))
+	cancel()
+	if err != nil {
+		t.Errorf("ping: %v", err)
+	}
+	if code := <-done; code != 0 {
+		t.Fatalf("broker exit %d: %s", code, errb)
+	}
+	if !strings.Contains(out.String(), "data in "+dir) {
+		t.Errorf("start line %q does not name the data dir", out)
+	}
+	if lockErr != nil {
+		t.Errorf("data dir lock: %v", lockErr)
 	}
 }
