@@ -35,10 +35,19 @@ func targets(t *testing.T) []*target {
 	return newTargets(t)
 }
 
-// newTargets is targets for any testing.TB (benchmarks use it too).
+// newTargets is targets for any testing.TB (benchmarks use it too). With
+// INFERQ_BROKER_TEST_DATA_DIR=1 the embedded broker keeps its data in a
+// temporary data dir (Options.DataDir), so every row runs with persistence.
 func newTargets(tb testing.TB) []*target {
 	tb.Helper()
-	srv := broker.New(broker.Options{})
+	opts := broker.Options{}
+	if os.Getenv("INFERQ_BROKER_TEST_DATA_DIR") == "1" {
+		opts.DataDir = tb.TempDir()
+	}
+	srv, err := broker.Open(opts)
+	if err != nil {
+		tb.Fatalf("open embedded broker: %v", err)
+	}
 	if err := srv.Start("127.0.0.1:0"); err != nil {
 		tb.Fatalf("start embedded broker: %v", err)
 	}

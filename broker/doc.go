@@ -5,10 +5,12 @@
 // with groups, events store with replay, queries with groups and timeouts,
 // and Ping.
 //
-// It keeps everything in memory on a single node. It exists so that tests and
-// `inferq serve --embedded-broker` can talk real gRPC through the real
-// kubemq-go client without an external KubeMQ. It is not durable and not meant
-// for production. It reproduces the KubeMQ semantics that clients rely on (see
+// It runs on a single node and keeps everything in memory; with
+// Options.DataDir (Open) it also keeps its queues and events store on disk
+// and loads them at start (persist.go, persist_wal.go). It exists so that
+// tests and `inferq serve --embedded-broker` can talk real gRPC through the
+// real kubemq-go client without an external KubeMQ. It is not meant for
+// production. It reproduces the KubeMQ semantics that clients rely on (see
 // shared/KUBEMQ.md in the steering repository), not the real broker's bugs,
 // with one exception on purpose: messages stranded in partly settled poll
 // transactions (trap 13, queue_strand.go). Clients must be built around that
@@ -92,5 +94,6 @@
 // queue_strand.go (stranding), queue_rpc.go (legacy queue calls),
 // queue_legacy_stream.go (StreamQueueMessage),
 // queue_info.go (QueuesInfo, snapshots), queue_ring.go (the FIFO and delay
-// heap), events*.go, pubsub.go and queries.go (the pub/sub side).
+// heap), events*.go, pubsub.go and queries.go (the pub/sub side), persist*.go
+// (the data dir).
 package broker

@@ -95,7 +95,14 @@ func (p *pubSub) sendEvent(ev *pb.Event) (*pb.Result, error) {
 		ev.EventID = p.ids.next()
 	}
 	if ev.Store {
-		p.storeChannel(ev.Channel).append(ev, time.Now())
+		c := p.storeChannel(ev.Channel)
+		seq := c.append(ev, time.Now())
+		if p.persist != nil {
+			if err := p.persist.sync(); err != nil {
+				return nil, err
+			}
+			c.publish(seq)
+		}
 	} else {
 		p.events.publish(ev.Channel, &pb.EventReceive{
 			EventID:  ev.EventID,

@@ -34,15 +34,21 @@ import (
 
 // storeChannel is one events store channel.
 type storeChannel struct {
-	retention time.Duration
+	bounds  eventBounds
+	persist *persister // nil without a data dir
 
-	mu     sync.Mutex
-	first  uint64 // sequence of log[0]; last+1 while the log is empty
-	last   uint64 // last sequence given out; 0 before the first event
-	lastTS int64  // timestamps never go back, so a time search can bisect
-	log    []*pb.EventReceive
-	groups map[string]*storeGroup   // named groups
-	solo   map[*storeGroup]struct{} // subscribers without a group
+	mu    sync.Mutex
+	first uint64 // sequence of log[0]; last+1 while the log is empty
+	last  uint64 // last sequence given out; 0 before the first event
+	// published is the last sequence subscribers may see: last, but with
+	// a data dir only events on disk (and those before them), so that no
+	// subscriber sees an event that a crash could take back.
+	published uint64
+	lastTS    int64 // timestamps never go back, so a time search can bisect
+	log       []*pb.EventReceive
+	bytes     int64                    // eventBytes of log
+	groups    map[string]*storeGroup   // named groups
+	solo      map[*storeGroup]struct{} // subscribers without a group
 }
 
 // storeGroup is one cursor: a named group's, or a lone subscriber's.
@@ -74,27 +80,69 @@ func (p *pubSub) storeChannel(name string) *storeChannel {
 	p.storeMu.Lock()
 	defer p.storeMu.Unlock()
 	if c = p.stores[name]; c == nil {
-		c = &storeChannel{
-			retention: p.opts.Retention,
-			first:     1,
-			groups:    map[string]*storeGroup{},
-			solo:      map[*storeGroup]struct{}{},
-		}
+		c = p.newStoreChannel()
 		p.stores[name] = c
 	}
 	return c
 }
 
-// append stores ev with the next sequence number and hands it to the
-// channel's subscriptions that have room.
-func (c *storeChannel) append(ev *pb.Event, now time.Time) {
+func (p *pubSub) newStoreChannel() *storeChannel {
+	return &storeChannel{
+		bounds:  eventBounds{retention: p.opts.Retention, maxEvents: p.opts.EventsStoreMaxEvents, maxBytes: p.opts.EventsStoreMaxBytes},
+		persist: p.persist,
+		first:   1,
+		groups:  map[string]*storeGroup{},
+		solo:    map[*storeGroup]struct{}{},
+	}
+}
+
+// eventBounds are what an events store channel keeps: events younger than
+// retention, at most maxEvents of them and at most maxBytes (eventBytes) in
+// all, the newest event always; a bound <= 0 is no bound.
+type eventBounds struct {
+	retention time.Duration
+	maxEvents int
+	maxBytes  int64
+}
+
+// drop returns how many of the oldest of n events (bytes in all; at gives
+// the i-th, oldest first) fall outside the bounds.
+func (b eventBounds) drop(n int, bytes int64, now time.Time, at func(int) *pb.EventReceive) int {
+	oldest := now.Add(-b.retention).UnixNano()
+	i := 0
+	for ; i < n; i++ {
+		e := at(i)
+		old := b.retention > 0 && e.Timestamp < oldest
+		many := b.maxEvents > 0 && n-i > b.maxEvents
+		big := b.maxBytes > 0 && bytes > b.maxBytes && n-i > 1
+		if !old && !many && !big {
+			break
+		}
+		bytes -= eventBytes(e)
+	}
+	return i
+}
+
+// eventBytes is the size of e counted against the bytes bound: its body,
+// metadata and tags.
+func eventBytes(e *pb.EventReceive) int64 {
+	n := len(e.Body) + len(e.Metadata)
+	for k, v := range e.Tags {
+		n += len(k) + len(v)
+	}
+	return int64(n)
+}
+
+// append stores ev with the next sequence number and, without a data dir,
+// hands it to the channel's subscriptions that have room. With one it
+// returns the sequence to publish once the event is on disk.
+func (c *storeChannel) append(ev *pb.Event, now time.Time) uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.evict(now)
 	ts := max(now.UnixNano(), c.lastTS)
 	c.lastTS = ts
 	c.last++
-	c.log = append(c.log, &pb.EventReceive{
+	e := &pb.EventReceive{
 		EventID:   ev.EventID,
 		Channel:   ev.Channel,
 		Metadata:  ev.Metadata,
@@ -102,7 +150,31 @@ func (c *storeChannel) append(ev *pb.Event, now time.Time) {
 		Timestamp: ts,
 		Sequence:  c.last,
 		Tags:      ev.Tags,
-	})
+	}
+	c.log = append(c.log, e)
+	c.bytes += eventBytes(e)
+	c.evict(now)
+	if c.persist != nil {
+		c.persist.event(e)
+		return c.last
+	}
+	c.published = c.last
+	c.dispatchAll()
+	return c.last
+}
+
+// publish lets subscribers see the events up to seq, now on disk.
+func (c *storeChannel) publish(seq uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if seq > c.published {
+		c.published = seq
+		c.dispatchAll()
+	}
+}
+
+// dispatchAll hands every cursor its next events. c.mu is held.
+func (c *storeChannel) dispatchAll() {
 	for _, g := range c.groups {
 		c.dispatch(g)
 	}
@@ -111,16 +183,16 @@ func (c *storeChannel) append(ev *pb.Event, now time.Time) {
 	}
 }
 
-// evict drops the events older than the retention. c.mu is held.
+// evict drops the oldest events while they are past the retention or the
+// channel holds more than its bounds allow. c.mu is held.
 func (c *storeChannel) evict(now time.Time) {
-	oldest := now.Add(-c.retention).UnixNano()
-	i := 0
-	for i < len(c.log) && c.log[i].Timestamp < oldest {
-		c.log[i] = nil
-		i++
-	}
+	i := c.bounds.drop(len(c.log), c.bytes, now, func(i int) *pb.EventReceive { return c.log[i] })
 	if i == 0 {
 		return
+	}
+	for j := range i {
+		c.bytes -= eventBytes(c.log[j])
+		c.log[j] = nil
 	}
 	c.first += uint64(i)
 	if i == len(c.log) {
@@ -142,7 +214,7 @@ func (c *storeChannel) dispatch(g *storeGroup) {
 		g.redeliver = g.redeliver[1:]
 	}
 	g.cursor = max(g.cursor, c.first)
-	for g.cursor <= c.last {
+	for g.cursor <= c.published {
 		if !g.offer(c.log[g.cursor-c.first]) {
 			g.behind.Store(true)
 			return
@@ -354,5 +426,25 @@ func (p *pubSub) serveStore(ctx context.Context, req *pb.Subscribe, send func(*p
 				c.refill(m.g, time.Now())
 			}
 		}
+	}
+}
+
+// restore loads the events a data dir kept (Open, before serving).
+func (p *pubSub) restore(logs map[string]*eventLog) {
+	p.storeMu.Lock()
+	defer p.storeMu.Unlock()
+	for name, el := range logs {
+		c := p.newStoreChannel()
+		c.last, c.published = el.last, el.last
+		c.first = el.last + 1
+		if len(el.events) > 0 {
+			c.first = el.events[0].Sequence
+			c.lastTS = el.events[len(el.events)-1].Timestamp
+		}
+		c.log = el.events
+		for _, e := range el.events {
+			c.bytes += eventBytes(e)
+		}
+		p.stores[name] = c
 	}
 }

@@ -100,6 +100,7 @@ type pubSub struct {
 
 	storeMu sync.RWMutex
 	stores  map[string]*storeChannel
+	persist *persister // nil without a data dir; set before serving
 
 	// storeClients are the client ids of the open events store
 	// subscriptions, on every channel: one subscription per id at a time.

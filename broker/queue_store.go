@@ -89,8 +89,9 @@ func (g *idGen) next() string {
 // queueStore holds every queue channel. Each channel has its own mutex;
 // the store's mutex only guards the map of channels.
 type queueStore struct {
-	opts *Options
-	ids  *idGen
+	opts    *Options
+	ids     *idGen
+	persist *persister // nil without a data dir; set before serving
 
 	ctx    context.Context // cancelled by close: every wait ends
 	cancel context.CancelFunc
@@ -258,7 +259,38 @@ func (st *queueStore) sendBatch(msgs []*pb.QueueMessage) ([]*pb.SendQueueMessage
 		}
 	}
 	st.send(ok, now)
+	if err := st.sync(); err != nil {
+		for _, r := range results {
+			if !r.IsError {
+				r.IsError, r.Error = true, err.Error()
+			}
+		}
+		haveErrors = true
+	}
 	return results, haveErrors
+}
+
+// sync waits until what was logged is on disk (a no-op without a data
+// dir). A failed data dir is reported to senders; the rest goes on from
+// memory.
+func (st *queueStore) sync() error {
+	if st.persist == nil {
+		return nil
+	}
+	if err := st.persist.sync(); err != nil {
+		return fmt.Errorf("broker: message kept in memory only: %w", err)
+	}
+	return nil
+}
+
+// restore loads the messages a data dir kept (Open, before serving), in
+// their order, each run of one channel's messages at once.
+func (st *queueStore) restore(live []*liveMsg, now int64) {
+	msgs := make([]*pb.QueueMessage, len(live))
+	for i, l := range live {
+		msgs[i] = l.m
+	}
+	st.send(msgs, now)
 }
 
 // reroute moves messages between channels after the source channel's lock
@@ -353,6 +385,9 @@ func (q *queue) put(msgs []*pb.QueueMessage, now int64) {
 	defer q.mu.Unlock()
 	for _, m := range msgs {
 		q.sent++
+		if p := q.st.persist; p != nil {
+			p.put(m)
+		}
 		if m.Attributes.DelayedTo > now {
 			heap.Push(&q.delayed, m)
 			continue
@@ -433,19 +468,52 @@ func (q *queue) popLocked(out []*pb.QueueMessage, n int, now int64, routed []*pb
 		q.readyBytes -= msgBytes(m)
 		if exp := m.Attributes.ExpirationAt; exp > 0 && exp <= now {
 			expired++
+			q.logGone(m)
 			continue
 		}
 		m.Attributes.ReceiveCount++
 		if m.Attributes.ReceiveCount > q.maxReceive(m) {
-			if m.Policy.MaxReceiveQueue != "" {
-				routed = append(routed, deadLetter(m))
-			}
+			routed = q.deadLetterLocked(m, routed)
 			continue
+		}
+		if p := q.st.persist; p != nil {
+			p.recv(m)
 		}
 		out = append(out, m)
 		n--
 	}
 	return out, expired, routed
+}
+
+// deadLetterLocked retires m, past its receive limit: a copy goes to its
+// dead letter queue, when it has one, through routed. The copy is logged
+// before m is logged gone, so a crash in between keeps both, not neither.
+func (q *queue) deadLetterLocked(m *pb.QueueMessage, routed []*pb.QueueMessage) []*pb.QueueMessage {
+	if m.Policy.MaxReceiveQueue != "" {
+		c := deadLetter(m)
+		if p := q.st.persist; p != nil {
+			p.putNew(c)
+		}
+		routed = append(routed, c)
+	}
+	q.logGone(m)
+	return routed
+}
+
+// logGone logs m as gone for good, with a data dir.
+func (q *queue) logGone(m *pb.QueueMessage) {
+	if p := q.st.persist; p != nil {
+		p.gone(m)
+	}
+}
+
+// logGoneAll logs msgs as consumed, with a data dir.
+func (q *queue) logGoneAll(msgs []*pb.QueueMessage) {
+	if p := q.st.persist; p != nil {
+		for _, m := range msgs {
+			p.gone(m)
+		}
+	}
 }
 
 func (q *queue) maxReceive(m *pb.QueueMessage) int32 {
@@ -493,7 +561,7 @@ func (q *queue) take(ctx context.Context, max int, wait time.Duration, hold bool
 		q.mu.Unlock()
 		q.st.reroute(routed)
 		if ch == nil {
-			return msgs, expired, nil
+			return q.taken(msgs, expired, hold)
 		}
 		if timer == nil {
 			timer = time.NewTimer(wait)
@@ -508,9 +576,19 @@ func (q *queue) take(ctx context.Context, max int, wait time.Duration, hold bool
 			return nil, expired, err
 		}
 		if done {
-			return msgs, expired, nil
+			return q.taken(msgs, expired, hold)
 		}
 	}
+}
+
+// taken ends a successful take: consumed messages (without hold) are gone
+// for good, on disk too before the caller answers, as an ack is.
+func (q *queue) taken(msgs []*pb.QueueMessage, expired int, hold bool) ([]*pb.QueueMessage, int, error) {
+	if !hold && len(msgs) > 0 && q.st.persist != nil {
+		q.logGoneAll(msgs)
+		_ = q.st.sync() // a failed data dir is logged; the messages are delivered
+	}
+	return msgs, expired, nil
 }
 
 // await waits for the queue to change (ch, taken with waitChLocked and a
@@ -552,6 +630,7 @@ func (q *queue) peek(ctx context.Context, max int, wait time.Duration) ([]*pb.Qu
 			if exp := m.Attributes.ExpirationAt; exp > 0 && exp <= now {
 				q.ready.removeAt(i)
 				q.readyBytes -= msgBytes(m)
+				q.logGone(m)
 				expired++
 				continue
 			}
@@ -592,6 +671,9 @@ func (q *queue) purge(ctx context.Context, wait time.Duration) (uint64, error) {
 	for {
 		q.mu.Lock()
 		n += uint64(q.ready.len())
+		for i := range q.ready.len() {
+			q.logGone(q.ready.at(i))
+		}
 		q.ready.clear()
 		q.readyBytes = 0
 		ch := q.waitChLocked()
@@ -599,7 +681,7 @@ func (q *queue) purge(ctx context.Context, wait time.Duration) (uint64, error) {
 		select {
 		case <-ch:
 		case <-timer.C:
-			return n, nil
+			return n, q.st.sync()
 		case <-ctx.Done():
 			return n, ctx.Err()
 		case <-q.st.ctx.Done():
@@ -608,11 +690,14 @@ func (q *queue) purge(ctx context.Context, wait time.Duration) (uint64, error) {
 	}
 }
 
-// ack settles held messages as done.
+// ack settles held messages as done. With a data dir it returns once that
+// is on disk.
 func (q *queue) ack(msgs []*pb.QueueMessage) {
 	q.mu.Lock()
 	q.inflight -= len(msgs)
+	q.logGoneAll(msgs)
 	q.mu.Unlock()
+	_ = q.st.sync() // a failed data dir is logged; the ack stands in memory
 }
 
 // nack settles held messages as failed: each goes back to the tail as a
@@ -625,16 +710,18 @@ func (q *queue) nack(msgs []*pb.QueueMessage) {
 	q.inflight -= len(msgs)
 	for _, m := range msgs {
 		if m.Attributes.ReceiveCount >= q.maxReceive(m) {
-			if m.Policy.MaxReceiveQueue != "" {
-				routed = append(routed, deadLetter(m))
-			}
+			routed = q.deadLetterLocked(m, routed)
 			continue
 		}
 		q.pushLocked(m, now)
+		if p := q.st.persist; p != nil {
+			p.tail(m)
+		}
 	}
 	q.wakeLocked()
 	q.mu.Unlock()
 	q.st.reroute(routed)
+	_ = q.st.sync()
 }
 
 // release puts held messages back at the head, in order, as if they had
@@ -665,6 +752,9 @@ func (q *queue) restoreLocked(msgs []*pb.QueueMessage) {
 	for i := len(msgs) - 1; i >= 0; i-- {
 		m := msgs[i]
 		m.Attributes.ReceiveCount--
+		if p := q.st.persist; p != nil {
+			p.recv(m)
+		}
 		q.ready.pushFront(m)
 		q.readyBytes += msgBytes(m)
 	}
@@ -690,7 +780,9 @@ func (st *queueStore) requeue(q *queue, msgs []*pb.QueueMessage, channel string)
 		}
 		copies = append(copies, c)
 	}
-	q.ack(msgs)
+	// The copies are stored before the messages are settled, so that a
+	// crash in between (with a data dir) keeps both, not neither.
 	st.send(copies, now)
+	q.ack(msgs)
 	return nil
 }

@@ -28,6 +28,21 @@ type Options struct {
 	SecondLength time.Duration
 	// Retention is how long events store messages are kept. Default 24 h.
 	Retention time.Duration
+	// EventsStoreMaxEvents and EventsStoreMaxBytes bound each events store
+	// channel besides Retention: past either, the oldest events are
+	// dropped (the newest one is always kept). Bytes count bodies, metadata
+	// and tags. Defaults 100000 events and 128 MiB; negative: no bound.
+	EventsStoreMaxEvents int
+	EventsStoreMaxBytes  int64
+	// DataDir, when set, keeps the queues and the events store on disk in
+	// that directory (created if missing), so that a broker opened on it
+	// again, after a stop or a crash, has them back: see persist.go for
+	// the format and the fsync policy. Only Open takes it; without it
+	// everything is in memory. One broker at a time may use a directory.
+	DataDir string
+	// SegmentBytes is the size at which the data dir's log starts a new
+	// segment and compacts the full ones into a snapshot. Default 16 MiB.
+	SegmentBytes int64
 	// MaxMessageBytes is the largest gRPC message accepted; bigger ones
 	// are refused with ResourceExhausted. Default 100 MiB.
 	MaxMessageBytes int
@@ -66,7 +81,22 @@ func (o *Options) setDefaults() {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	if o.EventsStoreMaxEvents == 0 {
+		o.EventsStoreMaxEvents = DefaultEventsStoreMaxEvents
+	}
+	if o.EventsStoreMaxBytes == 0 {
+		o.EventsStoreMaxBytes = DefaultEventsStoreMaxBytes
+	}
+	if o.SegmentBytes <= 0 {
+		o.SegmentBytes = 16 << 20
+	}
 }
+
+// The default events store bounds, per channel.
+const (
+	DefaultEventsStoreMaxEvents       = 100000
+	DefaultEventsStoreMaxBytes  int64 = 128 << 20
+)
 
 // ErrClosed is returned by Start on a closed server.
 var ErrClosed = errors.New("broker: server closed")
@@ -83,8 +113,10 @@ type Server struct {
 	opts Options
 	log  *slog.Logger
 
-	queues *queueStore // queue*.go
-	pubsub *pubSub     // events*.go, queries.go
+	queues  *queueStore // queue*.go
+	pubsub  *pubSub     // events*.go, queries.go
+	persist *persister  // persist*.go; nil without a data dir
+	unlock  func()      // the data dir's lock
 
 	mu      sync.Mutex
 	grpc    *grpc.Server
@@ -99,15 +131,48 @@ type Server struct {
 
 var _ pb.KubemqServer = (*Server)(nil)
 
-// New returns a Server with opts applied over the defaults. It does not
-// listen until Start or Serve.
+// New returns a Server with opts applied over the defaults, in memory. It
+// does not listen until Start or Serve. A DataDir needs Open: New panics on
+// one.
 func New(opts Options) *Server {
+	if opts.DataDir != "" {
+		panic("broker: New with a DataDir; use Open")
+	}
+	return newServer(opts)
+}
+
+func newServer(opts Options) *Server {
 	opts.setDefaults()
 	s := &Server{opts: opts, log: opts.Logger, done: make(chan struct{})}
 	s.queues = newQueueStore(&s.opts)
 	s.pubsub = newPubSub(&s.opts)
 	s.started = time.Now()
 	return s
+}
+
+// Open is New, and with opts.DataDir it locks that directory and loads the
+// queues and events store kept there; from then on every change is written
+// there too. Close releases the directory.
+func Open(opts Options) (*Server, error) {
+	s := newServer(opts)
+	if s.opts.DataDir == "" {
+		return s, nil
+	}
+	unlock, err := lockDir(s.opts.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	p, err := openPersister(s)
+	if err != nil {
+		unlock()
+		return nil, err
+	}
+	s.persist, s.unlock = p, unlock
+	s.queues.persist, s.pubsub.persist = p, p
+	for _, c := range s.pubsub.stores {
+		c.persist = p
+	}
+	return s, nil
 }
 
 // Start listens on addr ("127.0.0.1:0" picks a free port) and serves in a
@@ -217,7 +282,12 @@ func (s *Server) Close() error {
 		g.Stop()
 	}
 	s.serving.Wait()
-	return nil
+	if s.persist == nil {
+		return nil
+	}
+	err := s.persist.close()
+	s.unlock()
+	return err
 }
 
 // Ping answers the client's health check. Like KubeMQ it reports when the

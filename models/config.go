@@ -149,6 +149,16 @@ type Broker struct {
 	ClientID  string `yaml:"client_id"`
 	AuthToken string `yaml:"auth_token"`
 	TLS       TLS    `yaml:"tls"`
+	// DataDir, EventsStoreMaxEvents and EventsStoreMaxBytes configure the
+	// embedded broker of `inferq serve --embedded-broker` only (`inferq
+	// broker` takes them as flags). DataDir keeps its queues and events
+	// store on disk there, so that a restart loses nothing acked (env
+	// INFERQ_BROKER_DATA_DIR; empty: in memory). The bounds cap each events
+	// store channel beside its 24 h retention, dropping the oldest events:
+	// 0 takes the default (100000 events, 128 MiB), negative is no bound.
+	DataDir              string `yaml:"data_dir"`
+	EventsStoreMaxEvents int    `yaml:"events_store_max_events"`
+	EventsStoreMaxBytes  int64  `yaml:"events_store_max_bytes"`
 }
 
 // TLS holds the client certificate, key and CA files for the broker.

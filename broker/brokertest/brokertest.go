@@ -42,12 +42,15 @@ type Server struct {
 	closed  bool
 }
 
-// NewServer starts a broker with opts on 127.0.0.1 and a free port and
-// closes it when the test ends. It fails the test if the broker cannot
-// start.
+// NewServer starts a broker with opts (a DataDir too) on 127.0.0.1 and a
+// free port and closes it when the test ends. It fails the test if the
+// broker cannot start.
 func NewServer(t testing.TB, opts broker.Options) *Server {
 	t.Helper()
-	b := broker.New(opts)
+	b, err := broker.Open(opts)
+	if err != nil {
+		t.Fatalf("brokertest: open: %v", err)
+	}
 	if err := b.Start("127.0.0.1:0"); err != nil {
 		t.Fatalf("brokertest: start: %v", err)
 	}

@@ -12,13 +12,26 @@ import (
 )
 
 func runBroker(ctx context.Context, a *app, args []string) error {
-	fs := a.newFlags("broker", "broker [--listen ADDR] [--auth-token-file FILE] [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]", `Run inferq's embedded broker: an in-process server of the KubeMQ gRPC protocol
+	fs := a.newFlags("broker", "broker [--listen ADDR] [--data-dir DIR] [--auth-token-file FILE] [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]", `Run inferq's embedded broker: an in-process server of the KubeMQ gRPC protocol
 subset that kubemq-go v1.9.0 uses (queues, queue streams, events, events store,
 queries). Producers and inferq connect to it as to a KubeMQ broker.
 
-It keeps everything in memory: messages are lost when it stops. It is single
-node, not durable and NOT FOR PRODUCTION; it exists for tests, demos and
-'inferq serve --embedded-broker'. It runs until SIGINT or SIGTERM.
+Without --data-dir it keeps everything in memory: messages are lost when it
+stops. With --data-dir DIR (or $INFERQ_BROKER_DATA_DIR) it also writes every
+change to a log in DIR and loads it at start: queue messages (with their
+receive counts, delays, expirations and dead-letter moves) and the events
+store survive a restart or a crash (kill -9). Every send, ack, nack, requeue
+and events store send is answered after it is fsynced (concurrent ones share
+an fsync); a message delivered and not yet acked comes back after a restart
+(at least once), an acked one never does. One broker per DIR.
+
+Each events store channel keeps its events for --retention, and at most
+--events-store-max-events of them and --events-store-max-bytes in all (bodies,
+metadata, tags): past either, the oldest go first, in memory and on disk.
+
+It is single node and NOT FOR PRODUCTION; it exists for tests, demos and
+'inferq serve --embedded-broker' (whose config takes broker.data_dir and
+broker.events_store_max_events/bytes). It runs until SIGINT or SIGTERM.
 
 Security, to try inferq's broker.auth_token and broker.tls without a real
 KubeMQ: with an auth token (--auth-token, --auth-token-file or
@@ -28,6 +41,9 @@ others are refused with Unauthenticated. --tls-cert and --tls-key serve TLS;
 --tls-client-ca also requires a client certificate signed by that CA (mTLS).`)
 	listen := fs.String("listen", "127.0.0.1:50000", "address to serve gRPC on (host:port)")
 	retention := fs.Duration("retention", 24*time.Hour, "how long events store messages are kept")
+	dataDir := fs.String("data-dir", "", "keep queues and events store on disk in this directory (created if missing) and load them at start (default $INFERQ_BROKER_DATA_DIR; empty: in memory)")
+	maxEvents := fs.Int("events-store-max-events", broker.DefaultEventsStoreMaxEvents, "most events kept per events store channel, oldest dropped first (negative: no bound)")
+	maxBytes := fs.Int64("events-store-max-bytes", broker.DefaultEventsStoreMaxBytes, "most bytes (bodies, metadata, tags) kept per events store channel, oldest dropped first (negative: no bound)")
 	var sf brokerSecurityFlags
 	sf.register(fs)
 	var lf logFlags
@@ -46,14 +62,33 @@ others are refused with Unauthenticated. --tls-cert and --tls-key serve TLS;
 	if err != nil {
 		return err
 	}
-	srv := broker.New(broker.Options{Retention: *retention, Logger: log, AuthToken: token, TLS: files})
-	if err := srv.Start(*listen); err != nil {
+	if *dataDir == "" {
+		*dataDir = a.getenv("INFERQ_BROKER_DATA_DIR")
+	}
+	if *maxEvents == 0 || *maxBytes == 0 {
+		return usageErrorf("--events-store-max-events and --events-store-max-bytes cannot be 0 (negative: no bound)")
+	}
+	srv, err := broker.Open(broker.Options{Retention: *retention, Logger: log, AuthToken: token, TLS: files,
+		DataDir: *dataDir, EventsStoreMaxEvents: *maxEvents, EventsStoreMaxBytes: *maxBytes})
+	if err != nil {
 		return err
 	}
-	fmt.Fprintf(a.stdout, "embedded KubeMQ-protocol broker listening on %s (in memory, not for production%s); Ctrl-C stops it\n", srv.Addr(), security(token, files))
+	if err := srv.Start(*listen); err != nil {
+		srv.Close()
+		return err
+	}
+	fmt.Fprintf(a.stdout, "embedded KubeMQ-protocol broker listening on %s (%s, not for production%s); Ctrl-C stops it\n", srv.Addr(), dataDirOrMemory(*dataDir), security(token, files))
 	<-ctx.Done()
 	log.Info("broker stopping")
 	return srv.Close()
+}
+
+// dataDirOrMemory says where the embedded broker keeps its data.
+func dataDirOrMemory(dir string) string {
+	if dir == "" {
+		return "in memory"
+	}
+	return "data in " + dir
 }
 
 // security describes the broker's token and TLS for its start line, without

@@ -13,6 +13,7 @@ import (
 	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/mq"
 	"github.com/inferq/inferq/testcert"
+	pb "github.com/kubemq-io/protobuf/go"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -28,6 +29,7 @@ func TestBrokerSecurityFlagErrors(t *testing.T) {
 		{[]string{"--tls-client-ca", "ca.pem"}, "--tls-client-ca needs --tls-cert and --tls-key"},
 		{[]string{"--auth-token", "a", "--auth-token-file", "f"}, "exclusive"},
 		{[]string{"--auth-token-file", "/nonexistent/token"}, "--auth-token-file"},
+		{[]string{"--events-store-max-events", "0"}, "cannot be 0"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			a, _, errb := testApp(nil)
@@ -148,4 +150,68 @@ func freeAddr(t *testing.T) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
+}
+
+// serve --embedded-broker keeps its queues in broker.data_dir (or
+// $INFERQ_BROKER_DATA_DIR): a message sent before a restart is there after.
+func TestEmbeddedBrokerDataDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "broker")
+	a, _, _ := testApp(map[string]string{"INFERQ_BROKER_DATA_DIR": dir})
+	cfgFile := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(cfgFile, []byte("broker:\n  address: 127.0.0.1:1\nmodels:\n  - name: m\n    path: m.onnx\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := a.loadConfig(configFlags{path: cfgFile})
+	if err != nil {
+		t.Fatalf("load config: %v", err)
+	}
+	if c.Broker.DataDir != dir {
+		t.Fatalf("broker.data_dir = %q, want %q from INFERQ_BROKER_DATA_DIR", c.Broker.DataDir, dir)
+	}
+	log := slog.New(slog.DiscardHandler)
+	srv, err := startEmbeddedBroker("127.0.0.1:0", c.Broker, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := srv.SendQueueMessage(context.Background(), &pb.QueueMessage{ClientID: "t", Channel: "kept", Body: []byte("x")})
+	if err != nil || res.IsError {
+		t.Fatalf("send: %v %v", err, res)
+	}
+	if err := srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	srv, err = startEmbeddedBroker("127.0.0.1:0", c.Broker, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	if got := srv.QueueSnapshot("kept").Waiting; len(got) != 1 || string(got[0].Body) != "x" {
+		t.Fatalf("after a restart: %v, want the message", got)
+	}
+}
+
+// `inferq broker --data-dir` (here from $INFERQ_BROKER_DATA_DIR) says where
+// it keeps its data and takes the directory's lock.
+func TestBrokerCommandDataDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	a, out, errb := testApp(map[string]string{"INFERQ_BROKER_DATA_DIR": dir})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	addr := freeAddr(t)
+	go func() { done <- a.main(ctx, []string{"broker", "--listen", addr}) }()
+	err := ping(t, mq.Config{Address: addr})
+	_, lockErr := os.Stat(filepath.Join(dir, "LOCK"))
+	cancel()
+	if err != nil {
+		t.Errorf("ping: %v", err)
+	}
+	if code := <-done; code != 0 {
+		t.Fatalf("broker exit %d: %s", code, errb)
+	}
+	if !strings.Contains(out.String(), "data in "+dir) {
+		t.Errorf("start line %q does not name the data dir", out)
+	}
+	if lockErr != nil {
+		t.Errorf("data dir lock: %v", lockErr)
+	}
 }

@@ -49,6 +49,7 @@ var envVars = []struct {
 	// The environment's token replaces the file's, and its token file.
 	{[]string{"INFERQ_HTTP_AUTH_TOKEN"}, func(c *models.Config, v string) { c.HTTP.AuthToken, c.HTTP.AuthTokenFile = v, "" }},
 	{[]string{"INFERQ_DATA_DIR"}, func(c *models.Config, v string) { c.DataDir = v }},
+	{[]string{"INFERQ_BROKER_DATA_DIR"}, func(c *models.Config, v string) { c.Broker.DataDir = v }},
 	{[]string{"INFERQ_HTTP_ADVERTISE_URL"}, func(c *models.Config, v string) { c.HTTP.AdvertiseURL = v }},
 }
 

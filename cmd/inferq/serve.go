@@ -75,7 +75,7 @@ func runServe(ctx context.Context, a *app, args []string) error {
 	fs := a.newFlags("serve", "serve --config FILE [flags]", serveHelp)
 	var f serveFlags
 	f.cfg.register(fs)
-	fs.StringVar(&f.embedded, "embedded-broker", "", "start the in-memory embedded broker on ADDR first and use it (default ADDR 127.0.0.1:50000), requiring broker.auth_token when set (plaintext: broker.tls is refused); for demos and tests, not production")
+	fs.StringVar(&f.embedded, "embedded-broker", "", "start the embedded broker on ADDR first and use it (default ADDR 127.0.0.1:50000), requiring broker.auth_token when set (plaintext: broker.tls is refused), in memory or kept in broker.data_dir; for demos and tests, not production")
 	fs.Lookup("embedded-broker").NoOptDefVal = "127.0.0.1:50000"
 	fs.StringVar(&f.ortLib, "ort-lib", "", "onnxruntime shared library (file or directory); default: $INFERQ_ORT_LIB, next to the binary, ./lib")
 	fs.BoolVar(&f.printConfig, "print-config", false, "print the merged configuration (secrets masked) and exit")
@@ -181,18 +181,24 @@ func serve(ctx context.Context, a *app, log *slog.Logger, c *models.Config, f se
 
 // startEmbeddedBroker starts the embedded broker on addr for serve
 // --embedded-broker. It wants the config's broker.auth_token, the token
-// inferq itself sends, so one config turns the token on for both. It serves
-// plaintext only: broker.tls would need a server certificate, which
-// 'inferq broker --tls-cert' takes.
+// inferq itself sends, so one config turns the token on for both, and
+// broker.data_dir and the events store bounds. It serves plaintext only:
+// broker.tls would need a server certificate, which 'inferq broker
+// --tls-cert' takes.
 func startEmbeddedBroker(addr string, b models.Broker, log *slog.Logger) (*broker.Server, error) {
 	if b.TLS.Enabled() {
 		return nil, usageErrorf("--embedded-broker serves plaintext gRPC but broker.tls is set; for TLS run 'inferq broker --tls-cert FILE --tls-key FILE [--tls-client-ca FILE]' and point broker.address at it")
 	}
-	srv := broker.New(broker.Options{Logger: log.With("component", "broker"), AuthToken: b.AuthToken})
-	if err := srv.Start(addr); err != nil {
+	srv, err := broker.Open(broker.Options{Logger: log.With("component", "broker"), AuthToken: b.AuthToken,
+		DataDir: b.DataDir, EventsStoreMaxEvents: b.EventsStoreMaxEvents, EventsStoreMaxBytes: b.EventsStoreMaxBytes})
+	if err != nil {
 		return nil, fmt.Errorf("embedded broker: %w", err)
 	}
-	log.Info("embedded broker started (in memory, not for production)", "addr", srv.Addr(), "auth_token", b.AuthToken != "")
+	if err := srv.Start(addr); err != nil {
+		srv.Close()
+		return nil, fmt.Errorf("embedded broker: %w", err)
+	}
+	log.Info("embedded broker started (not for production)", "addr", srv.Addr(), "auth_token", b.AuthToken != "", "data_dir", dataDirOrMemory(b.DataDir))
 	return srv, nil
 }
 

@@ -1,0 +1,324 @@
+package broker
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+)
+
+// The data directory's log: a write-ahead log of the broker's own, in
+// numbered segment files (wal-<n>.log), and a snapshot (snap-<n>) that holds
+// the state the segments up to n left. Why not bbolt or pebble: the broker
+// keeps its queues in memory anyway and only needs the disk to rebuild them
+// after a restart, so an append-only log is the whole job. A queue message's
+// life is three small appends (put, delivery, settle) in one sequential file,
+// batched across every channel into one write and one fsync (group commit),
+// where a B+tree (bbolt) would rewrite pages and fsync per transaction, and an
+// LSM (pebble) would add its own write-ahead log, memtables and compactions
+// under ours; neither is in go.mod today.
+//
+// A record is an 8-byte header, the body's length and its CRC-32C
+// (Castagnoli), both little endian, then the body: a type byte and the
+// payload. Reading stops at the first record that is short, too long or
+// fails its CRC: the torn tail of a segment being written when the process
+// died. Nothing written after it in that segment was answered (a record is
+// acknowledged only once fsynced, and records are written in order), so it is
+// skipped. A new segment is started at each open, so a torn tail is never
+// appended to.
+//
+// fsync policy (the bar is KubeMQ's, whose NATS Streaming file store syncs
+// each flush): every send, ack, nack, requeue, ack-all and events store send
+// is answered after its records are written and fsynced. One writer goroutine
+// does the writes: it takes everything appended since its last write, writes
+// it and fsyncs once, so concurrent callers share one fsync (group commit).
+// Deliveries (a receive count going up, a stranded or released message) are
+// logged but not waited for: they reach the disk with the next write, and
+// losing one only makes a receive count lower after a crash.
+
+const (
+	walHeader = 8
+	// walMaxRecord bounds a record's length so that a garbage header is a
+	// torn tail and not a huge allocation.
+	walMaxRecord = 1 << 30
+)
+
+var walCRC = crc32.MakeTable(crc32.Castagnoli)
+
+// errTorn marks a record that is cut short or fails its check.
+var errTorn = errors.New("torn or corrupt record")
+
+// walAppend encodes one record of type typ at the end of buf; body appends
+// the payload.
+func walAppend(buf []byte, typ byte, body func([]byte) []byte) []byte {
+	start := len(buf)
+	buf = append(buf, make([]byte, walHeader)...)
+	buf = append(buf, typ)
+	buf = body(buf)
+	n := len(buf) - start - walHeader
+	binary.LittleEndian.PutUint32(buf[start:], uint32(n))
+	binary.LittleEndian.PutUint32(buf[start+4:], crc32.Checksum(buf[start+walHeader:], walCRC))
+	return buf
+}
+
+// walScan calls fn with every intact record read from r, in order; the
+// payload it passes is only valid during the call. It returns how many
+// bytes the intact records took; a record that is short, too long or fails
+// its CRC ends the scan there (torn is then true). Only a read error or fn's
+// error is an error.
+func walScan(r io.Reader, fn func(typ byte, payload []byte) error) (n int64, torn bool, err error) {
+	br := bufio.NewReaderSize(r, 1<<16)
+	var hdr [walHeader]byte
+	var body []byte
+	for {
+		if _, err := io.ReadFull(br, hdr[:]); err != nil {
+			return walEnd(n, err, err != io.EOF)
+		}
+		size := binary.LittleEndian.Uint32(hdr[:])
+		if size == 0 || size > walMaxRecord {
+			return n, true, nil
+		}
+		// Read in steps, so that a garbage length is not an allocation of
+		// up to walMaxRecord before the data runs out.
+		body = body[:0]
+		for len(body) < int(size) {
+			k := min(int(size)-len(body), 1<<20)
+			body = slices.Grow(body, k)
+			got, err := io.ReadFull(br, body[len(body):len(body)+k])
+			body = body[:len(body)+got]
+			if err != nil {
+				return walEnd(n, err, true)
+			}
+		}
+		if crc32.Checksum(body, walCRC) != binary.LittleEndian.Uint32(hdr[4:]) {
+			return n, true, nil
+		}
+		if err := fn(body[0], body[1:]); err != nil {
+			return n, false, err
+		}
+		n += walHeader + int64(size)
+	}
+}
+
+// walEnd ends a scan at a read error: the end of the data (torn when it
+// cut a record) or a real error.
+func walEnd(n int64, err error, torn bool) (int64, bool, error) {
+	if err == io.EOF || err == io.ErrUnexpectedEOF {
+		return n, torn, nil
+	}
+	return n, false, err
+}
+
+// scanFile scans the segment or snapshot at path.
+func scanFile(path string, fn func(typ byte, payload []byte) error) (n int64, torn bool, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, false, fmt.Errorf("broker: open %s: %w", path, err)
+	}
+	defer f.Close()
+	n, torn, err = walScan(f, fn)
+	if err != nil {
+		return n, torn, fmt.Errorf("broker: read %s: %w", path, err)
+	}
+	return n, torn, nil
+}
+
+func segmentName(dir string, n uint64) string {
+	return filepath.Join(dir, fmt.Sprintf("wal-%016d.log", n))
+}
+
+func snapshotName(dir string, n uint64) string {
+	return filepath.Join(dir, fmt.Sprintf("snap-%016d", n))
+}
+
+// wal appends records to the current segment through one writer goroutine.
+// Its methods are safe for concurrent use.
+type wal struct {
+	dir      string
+	segBytes int64
+	rotated  func(seg uint64, size int64) // called by the writer after it closed a full segment
+
+	mu       sync.Mutex
+	pending  *sync.Cond // data appended, or closing
+	flushed  *sync.Cond // synced moved, or err set
+	buf      []byte
+	spare    []byte
+	appended uint64 // records appended
+	synced   uint64 // records written and fsynced
+	err      error
+	closing  bool
+
+	f    *os.File // owned by the writer goroutine
+	seg  uint64
+	size int64
+	done chan struct{}
+}
+
+// openWAL starts segment seg in dir (which must not hold it) and its writer.
+func openWAL(dir string, seg uint64, segBytes int64, rotated func(uint64, int64)) (*wal, error) {
+	w := &wal{dir: dir, segBytes: segBytes, rotated: rotated, seg: seg, done: make(chan struct{})}
+	w.pending = sync.NewCond(&w.mu)
+	w.flushed = sync.NewCond(&w.mu)
+	f, err := createSynced(segmentName(dir, seg))
+	if err != nil {
+		return nil, err
+	}
+	w.f = f
+	go w.run()
+	return w, nil
+}
+
+// createSynced creates path (it must not exist) and fsyncs its directory, so
+// the file survives a crash.
+func createSynced(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("broker: create %s: %w", path, err)
+	}
+	if err := syncDir(filepath.Dir(path)); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("broker: open data dir %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("broker: fsync data dir %s: %w", dir, err)
+	}
+	return nil
+}
+
+// append adds one record and returns its number, for wait. After the log
+// failed or closed it drops the record (wait reports the failure).
+func (w *wal) append(typ byte, body func([]byte) []byte) uint64 {
+	w.mu.Lock()
+	if w.err != nil {
+		n := w.appended
+		w.mu.Unlock()
+		return n
+	}
+	w.buf = walAppend(w.buf, typ, body)
+	w.appended++
+	n := w.appended
+	w.mu.Unlock()
+	w.pending.Signal()
+	return n
+}
+
+// last is the number of the last record appended.
+func (w *wal) last() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.appended
+}
+
+// wait blocks until record n is on disk, or the log failed.
+func (w *wal) wait(n uint64) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for w.synced < n && w.err == nil {
+		w.flushed.Wait()
+	}
+	if w.synced >= n {
+		return nil
+	}
+	return w.err
+}
+
+// run is the writer: it writes and fsyncs what was appended, as one batch,
+// until close.
+func (w *wal) run() {
+	defer close(w.done)
+	for {
+		w.mu.Lock()
+		for len(w.buf) == 0 && !w.closing {
+			w.pending.Wait()
+		}
+		if len(w.buf) == 0 || w.err != nil {
+			w.mu.Unlock()
+			if w.f != nil {
+				w.f.Close()
+			}
+			return
+		}
+		buf, target := w.buf, w.appended
+		w.buf = w.spare[:0]
+		w.mu.Unlock()
+		err := w.write(buf)
+		w.mu.Lock()
+		if cap(buf) <= 4<<20 {
+			w.spare = buf[:0]
+		}
+		if err != nil {
+			w.err = err
+		} else {
+			w.synced = target
+		}
+		w.flushed.Broadcast()
+		w.mu.Unlock()
+	}
+}
+
+// write writes buf to the segment, fsyncs it, and starts the next segment
+// when this one is full.
+func (w *wal) write(buf []byte) error {
+	if _, err := w.f.Write(buf); err != nil {
+		return fmt.Errorf("broker: write %s: %w", w.f.Name(), err)
+	}
+	if err := w.f.Sync(); err != nil {
+		return fmt.Errorf("broker: fsync %s: %w", w.f.Name(), err)
+	}
+	w.size += int64(len(buf))
+	if w.size < w.segBytes {
+		return nil
+	}
+	if err := w.f.Close(); err != nil {
+		return fmt.Errorf("broker: close %s: %w", w.f.Name(), err)
+	}
+	full, size := w.seg, w.size
+	w.f = nil
+	f, err := createSynced(segmentName(w.dir, full+1))
+	if err != nil {
+		return err
+	}
+	w.f, w.seg, w.size = f, full+1, 0
+	if w.rotated != nil {
+		w.rotated(full, size)
+	}
+	return nil
+}
+
+// close writes what is pending and stops the writer. It returns the log's
+// error, if it failed.
+func (w *wal) close() error {
+	w.mu.Lock()
+	w.closing = true
+	w.mu.Unlock()
+	w.pending.Broadcast()
+	<-w.done
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	err := w.err
+	if err == nil && w.synced < w.appended {
+		err = errors.New("broker: data dir log closed with records unwritten")
+	}
+	if w.err == nil {
+		w.err = errWALClosed // later appends are dropped, waits answer
+	}
+	w.flushed.Broadcast()
+	return err
+}
+
+var errWALClosed = errors.New("broker: data dir log closed")
