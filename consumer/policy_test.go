@@ -60,7 +60,9 @@ func TestMaxQueueSize(t *testing.T) {
 	h, r, url, open := policyHarness(t, func(b *models.Batching) { b.MaxQueueSize = maxQueue })
 	h.waitQueries()
 	h.send("t0", 1, 0) // runs, and holds the runner
-	waitFor(t, 10*time.Second, "the first run", func() bool { return r.f.total.Load() == 0 && h.pending() == 0 && h.cons.PollerStats()[h.q].Messages == 1 })
+	waitFor(t, 10*time.Second, "the first run", func() bool {
+		return r.f.total.Load() == 0 && h.pending() == 0 && h.cons.PollerStats()[h.q].Messages == 1
+	})
 	for i := 1; i <= maxQueue; i++ {
 		h.send(fmt.Sprintf("t%d", i), 1, float32(i))
 	}
@@ -145,7 +147,7 @@ func TestQueueTimeout(t *testing.T) {
 	if resp.StatusCode != 503 || !strings.Contains(string(body), "queue timeout") || !strings.Contains(string(body), "default_queue_timeout") {
 		t.Errorf("HTTP infer held past the queue timeout: %d %s, want 503 naming the queue timeout", resp.StatusCode, body)
 	}
-	time.Sleep(timeout) // t1 is past its timeout too
+	time.Sleep(timeout)  // t1 is past its timeout too
 	r.gate <- struct{}{} // t0's run ends
 	rec := h.record("t1")
 	if rec.Status != task.StatusFailure || !strings.Contains(rec.Error, "queue timeout") || !strings.Contains(rec.Error, "default_queue_timeout (100ms)") {
