@@ -48,17 +48,18 @@ type queuePolicy struct {
 	timeout time.Duration // default_queue_timeout; 0: none
 	pending atomic.Int64
 	gauge   prometheus.Gauge
-	// room is its queue's: told whenever a pending request starts or
-	// leaves.
-	room chan struct{}
+	// q is the model's queue: its room is told whenever a pending
+	// request starts or leaves.
+	q *queue
 }
 
 // reserve counts one more pending request for a sync path, unless the
-// model has max_queue_size waiting already: then it returns the error to
-// answer with, wrapping ErrQueueFull.
+// model has max_queue_size waiting already, its queue's tasks in intake
+// counted (they came first): then it returns the error to answer with,
+// wrapping ErrQueueFull.
 func (p *queuePolicy) reserve() error {
 	n := p.pending.Add(1)
-	if p.max > 0 && n > p.max {
+	if p.max > 0 && n+p.q.undecided.Load() > p.max {
 		p.pending.Add(-1)
 		return fmt.Errorf("model %q: %w: %d requests are waiting for a run (batching.max_queue_size); retry later", p.model, ErrQueueFull, p.max)
 	}
@@ -77,14 +78,7 @@ func (p *queuePolicy) take() {
 func (p *queuePolicy) release() {
 	p.pending.Add(-1)
 	p.gauge.Dec()
-	p.wake()
-}
-
-func (p *queuePolicy) wake() {
-	select {
-	case p.room <- struct{}{}:
-	default:
-	}
+	p.q.wake()
 }
 
 // full reports whether extra more requests would take the model over

@@ -186,6 +186,11 @@ type queue struct {
 // decided counts a message of q out of intake.
 func (q *queue) decided() {
 	q.undecided.Add(-1)
+	q.wake()
+}
+
+// wake tells waitQueueRoom to look again.
+func (q *queue) wake() {
 	select {
 	case q.room <- struct{}{}:
 	default:
@@ -251,7 +256,7 @@ func New(cfg Config) (*Server, error) {
 			s.queues = append(s.queues, q)
 		}
 		m.pol = &queuePolicy{model: m.Config.Name, max: int64(m.Config.Batching.MaxQueueSize),
-			timeout: m.Config.Batching.DefaultQueueTimeout.D(), gauge: s.met.Pending.WithLabelValues(m.Config.Name), room: q.room}
+			timeout: m.Config.Batching.DefaultQueueTimeout.D(), gauge: s.met.Pending.WithLabelValues(m.Config.Name), q: q}
 		if err := q.table.add(m); err != nil {
 			return nil, err
 		}
