@@ -3,6 +3,8 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -88,5 +90,60 @@ func TestBatcherCause(t *testing.T) {
 	c.wait(t, 2)
 	if err := c.result(t, "t0").Err; !errors.Is(err, errWaited) {
 		t.Fatalf("t0: %v, want the context's cause", err)
+	}
+}
+
+// chanOwner signals every finished request.
+type chanOwner chan struct{}
+
+func (chanOwner) RunStarting(*runtime.Request) {}
+func (o chanOwner) Finished(*runtime.Request)  { o <- struct{}{} }
+
+// slowRunner runs every item after a short sleep, so that a flood of
+// requests keeps the queue full.
+type slowRunner struct{}
+
+func (slowRunner) RunBatch(ctx context.Context, items []runtime.Item) []runtime.ItemResult {
+	time.Sleep(200 * time.Microsecond)
+	return make([]runtime.ItemResult, len(items))
+}
+
+// TestBatcherPriorityNoStarvation: under a flood of level-1 sync requests
+// that always has some waiting, a queued level-2 request still runs once
+// it has aged (3 x PriorityAging); without aging it waits as long as the
+// flood lasts.
+func TestBatcherPriorityNoStarvation(t *testing.T) {
+	for _, aging := range []time.Duration{2 * time.Millisecond, 0} {
+		t.Run("aging "+aging.String(), func(t *testing.T) {
+			pol := policy(1, 0)
+			pol.PriorityLevels, pol.PriorityAging = 2, aging
+			b, _ := startBatcher(t, runtime.BatcherConfig{Policy: pol, Runners: []runtime.Runner{slowRunner{}}, QueueSize: 16})
+			ctx, stop := context.WithCancel(context.Background())
+			var flood sync.WaitGroup
+			for i := range 4 {
+				flood.Go(func() {
+					o := chanOwner(make(chan struct{}, 1))
+					for ctx.Err() == nil {
+						r := &runtime.Request{Item: fitem(fmt.Sprintf("hi%d", i), 1, 8), Priority: true, Level: 1, Owner: o}
+						if b.Enqueue(ctx, r) == nil {
+							<-o
+						}
+					}
+				})
+			}
+			defer func() { stop(); flood.Wait() }()
+			waitFor(t, "the flood", func() bool { return b.Queued() > 0 })
+			c := newCollector()
+			low := c.level(fitem("low", 1, 8), 2, false)
+			enqueue(t, b, low)
+			if aging > 0 {
+				c.wait(t, 1)
+				return
+			}
+			time.Sleep(200 * time.Millisecond)
+			if c.n.Load() != 0 {
+				t.Fatal("the low request ran during the flood without aging: the test's flood is too thin")
+			}
+		})
 	}
 }
