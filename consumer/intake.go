@@ -36,13 +36,17 @@ import (
 // are intake's to settle. When ctx ends first, the poller gives back the
 // rest.
 func (s *Server) deliver(ctx context.Context, q *queue, batch []*mq.Message) (int, error) {
-	now := s.cfg.Now()
 	for i, m := range batch {
+		if err := s.waitQueueRoom(ctx, q); err != nil {
+			return i, err
+		}
 		s.inflight.Add(1)
+		q.undecided.Add(1)
 		select {
-		case s.intake <- &delivery{q: q, msg: m, received: now}:
+		case s.intake <- &delivery{q: q, msg: m, received: s.cfg.Now()}:
 		case <-ctx.Done():
 			s.inflight.Add(-1)
+			q.decided()
 			return i, ctx.Err()
 		}
 	}
@@ -61,6 +65,7 @@ func (s *Server) intakeLoop(ctx context.Context) {
 			for {
 				select {
 				case d := <-s.intake:
+					d.q.decided()
 					j := &job{s: s, q: d.q, msg: d.msg, received: d.received}
 					j.req.Result.Err = context.Canceled
 					s.settle(ctx, j)
@@ -77,6 +82,9 @@ func (s *Server) intakeLoop(ctx context.Context) {
 func (s *Server) take(ctx context.Context, d *delivery) {
 	j := &job{s: s, q: d.q, msg: d.msg, received: d.received}
 	var counted *Model // whose inflight gauge this job holds
+	// Admitted (a pending request counted, or settled without a run):
+	// out of the queue's undecided count.
+	defer d.q.decided()
 	defer func() {
 		if r := recover(); r != nil {
 			// A decoder bug must not kill the worker: the message is
@@ -124,16 +132,16 @@ func (s *Server) take(ctx context.Context, d *delivery) {
 		// A task that was in flight when a process died runs alone, so
 		// the tasks that shared its batch do not share its fate.
 		Alone: j.crashes > 0,
+		Level: j.adm.level,
 		Owner: j,
 	}
-	// The batcher does not run an item whose ctx ended before its run.
-	rctx := ctx
-	if !j.adm.deadline.IsZero() {
-		rctx, j.cancel = context.WithDeadline(ctx, j.adm.deadline)
-	} else {
-		j.cancel = noCancel
-	}
+	// The batcher does not run an item whose ctx ended before its run:
+	// its deadline, or default_queue_timeout from now.
+	var rctx context.Context
+	rctx, j.cancel = m.pol.queueCtx(ctx, j.adm.deadline, j.enqueued)
+	m.pol.take()
 	if err := m.Batcher.Enqueue(rctx, &j.req); err != nil {
+		m.pol.release()
 		j.cancel()
 		j.req.Result.Err = fmt.Errorf("enqueue for inference: %w", err)
 		endSpan(j.stage, j.req.Result.Err)
@@ -306,6 +314,7 @@ type admitted struct {
 	outputs  []string  // nil: every output
 	deadline time.Time // zero: none
 	priority bool      // sync requests run ahead of queued tasks
+	level    int       // the priority level (batching.Level)
 	// remote is the caller's span (traceparent), when traced.
 	remote trace.SpanContext
 }
@@ -383,6 +392,15 @@ func admit(in admission, mt *modelTable) (a admitted) {
 		return refuse(a, inputVerdict(err), limitHint(a.model, fmt.Errorf("model %q: %w", a.model.Config.Name, err)))
 	}
 	a.outputs = a.task.OutputNames()
+	field := "kwargs.priority"
+	if in.from == fromHTTP {
+		field = "parameters.priority"
+	}
+	b := a.model.Config.Batching
+	if err := b.CheckPriority(field, a.task.Priority); err != nil {
+		return refuse(a, admitBadInput, fmt.Errorf("model %q: %w: %w", a.model.Config.Name, task.ErrBadInput, err))
+	}
+	a.level = b.Level(a.task.Priority)
 	return a
 }
 

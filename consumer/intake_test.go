@@ -212,7 +212,10 @@ func FuzzAdmit(f *testing.F) {
 	f.Add([]byte(`{"task_name":"m","args":[[1,2,3,4]]}`), uint8(1))
 	f.Add([]byte(`{"task_id":"a\nb","task_name":"m","kwargs":{"reply_to":"r.*","inputs":[`+x4+`]}}`), uint8(0))
 	f.Add([]byte(`{"id":"a b","inputs":[`+x4+`]}`), uint8(2))
+	f.Add([]byte(`{"task_id":"t1","task_name":"m","kwargs":{"priority":2,"inputs":[`+x4+`]}}`), uint8(0))
+	f.Add([]byte(`{"id":"r","parameters":{"priority":1},"inputs":[`+x4+`]}`), uint8(2))
 	mt := admitTable(f)
+	mt.byName["m"].Config.Batching.PriorityLevels = 3
 	f.Fuzz(func(t *testing.T, body []byte, from uint8) {
 		in := admission{from: source(from % 3), body: body, model: "m", received: time.Now(), records: cancelledRecords{}}
 		a := admit(in, mt)
@@ -221,6 +224,9 @@ func FuzzAdmit(f *testing.F) {
 		}
 		if a.verdict == admitRun && (a.err != nil || len(a.inputs) != 1 || a.model == nil || a.task == nil) {
 			t.Fatalf("runnable %+v", a)
+		}
+		if a.verdict == admitRun && (a.level < 1 || a.level > max(a.model.Config.Batching.PriorityLevels, 1)) {
+			t.Fatalf("runnable at level %d, model %q has %d levels", a.level, a.model.Config.Name, a.model.Config.Batching.PriorityLevels)
 		}
 		if a.task != nil && a.verdict != admitUndecodable {
 			for _, name := range []string{a.task.ID, a.task.ReplyTo} {

@@ -17,6 +17,8 @@ const (
 	OutcomeCancelled     = "cancelled"     // record read CANCELLED, not run
 	OutcomeUnknownModel  = "unknown_model" // task_name names no model
 	OutcomeUnprocessable = "unprocessable" // body could not be decoded
+	OutcomeQueueFull     = "queue_full"    // sync request refused at batching.max_queue_size
+	OutcomeQueueTimeout  = "queue_timeout" // waited past batching.default_queue_timeout, not run
 )
 
 // Stages of inferq_task_duration_seconds.
@@ -50,6 +52,12 @@ type Metrics struct {
 	HTTPInfer    *prometheus.CounterVec   // inferq_http_infer_total{model,outcome}
 	GRPCInfer    *prometheus.CounterVec   // inferq_grpc_infer_total{model,outcome}
 	SyncDuration *prometheus.HistogramVec // inferq_sync_duration_seconds{model,via}
+	// The Triton dashboard's per-model series, for every path (tasks,
+	// queries, HTTP, gRPC) alike; see README "Metrics".
+	InferSuccess *prometheus.CounterVec   // inferq_inference_request_success_total{model}
+	InferFailure *prometheus.CounterVec   // inferq_inference_request_failure_total{model,reason}
+	Compute      *prometheus.HistogramVec // inferq_inference_compute_duration_seconds{model}
+	Pending      *prometheus.GaugeVec     // inferq_pending_requests{model}
 }
 
 // NewMetrics creates the collectors and registers them on reg.
@@ -92,10 +100,23 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "inferq_sync_duration_seconds", Help: "Time from receipt to answer of sync inference requests, via query, http or grpc.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2.5, 14),
 		}, []string{"model", "via"}),
+		InferSuccess: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "inferq_inference_request_success_total", Help: "Inference requests that succeeded, every path (task, query, HTTP, gRPC), by model (Triton's nv_inference_request_success).",
+		}, []string{"model"}),
+		InferFailure: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "inferq_inference_request_failure_total", Help: "Inference requests that failed for good, every path, by model and reason (the outcome label: failure, bad_input, expired, cancelled, queue_full, queue_timeout) (Triton's nv_inference_request_failure).",
+		}, []string{"model", "reason"}),
+		Compute: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "inferq_inference_compute_duration_seconds", Help: "Run time of the batch each request ran in, one observation per request, every path (Triton's nv_inference_compute_infer_duration_us, as a histogram).",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2.5, 14),
+		}, []string{"model"}),
+		Pending: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "inferq_pending_requests", Help: "Requests admitted and waiting for their run, every path, by model (Triton's nv_inference_pending_request_count); batching.max_queue_size bounds it.",
+		}, []string{"model"}),
 	}
 	for _, c := range []prometheus.Collector{m.Tasks, m.Duration, m.BatchSize, m.Inflight, m.Retries, m.DLQ,
 		m.Unprocessable, m.QueueDepth, m.BrokerUp, m.ProgressDrops, m.AlertDrops, m.SettleErrors,
-		m.Queries, m.HTTPInfer, m.GRPCInfer, m.SyncDuration} {
+		m.Queries, m.HTTPInfer, m.GRPCInfer, m.SyncDuration, m.InferSuccess, m.InferFailure, m.Compute, m.Pending} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -104,17 +125,46 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 }
 
 // BatchObserver feeds one model's batcher statistics into the metrics:
-// inferq_batch_size and the batch_wait stage of inferq_task_duration_seconds.
+// inferq_batch_size, the batch_wait stage of inferq_task_duration_seconds
+// (every request's queue wait, whatever its path: Triton's queue duration)
+// and inferq_inference_compute_duration_seconds.
 func (m *Metrics) BatchObserver(model string) runtime.BatchObserver {
-	return batchObserver{wait: m.Duration.WithLabelValues(model, StageBatchWait), size: m.BatchSize.WithLabelValues(model)}
+	return batchObserver{wait: m.Duration.WithLabelValues(model, StageBatchWait), size: m.BatchSize.WithLabelValues(model),
+		compute: m.Compute.WithLabelValues(model)}
 }
 
 type batchObserver struct {
-	wait, size prometheus.Observer
+	wait, size, compute prometheus.Observer
 }
 
-func (o batchObserver) ObserveQueueWait(d time.Duration)  { o.wait.Observe(d.Seconds()) }
-func (o batchObserver) ObserveBatch(s runtime.BatchStats) { o.size.Observe(float64(s.Rows)) }
+func (o batchObserver) ObserveQueueWait(d time.Duration) { o.wait.Observe(d.Seconds()) }
+
+func (o batchObserver) ObserveBatch(s runtime.BatchStats) {
+	o.size.Observe(float64(s.Rows))
+	run := s.Run.Seconds()
+	for range s.Items {
+		o.compute.Observe(run)
+	}
+}
+
+// inference counts a request's final outcome (an outcome label) in the
+// Triton dashboard's success and failure counters: the one place every
+// path (settle for tasks, answer for queries, the HTTP and gRPC handlers)
+// reports to. A retry is not final; a request naming no model counts
+// nowhere (Triton's counters are per model).
+func (m *Metrics) inference(model, outcome string) {
+	switch {
+	case model == "", outcome == "", outcome == OutcomeRetry, outcome == OutcomeUnknownModel, outcome == OutcomeUnprocessable:
+	case outcome == OutcomeSuccess:
+		m.InferSuccess.WithLabelValues(model).Inc()
+	default:
+		m.InferFailure.WithLabelValues(model, outcome).Inc()
+	}
+}
+
+// CountInference is inference for a path outside this package (the gRPC
+// server): call it once per request with the model and its outcome label.
+func (m *Metrics) CountInference(model, outcome string) { m.inference(model, outcome) }
 
 // modelMetrics are one model's collectors on the per-task path, looked up
 // once instead of by label values for every task.

@@ -34,9 +34,12 @@ import (
 // ahead of queued tasks, like a KubeMQ query. Errors are {"error": "..."}
 // with Triton's status codes: 400 for a bad request, 404 for an unknown
 // model or version, 413 for a body over limits.max_body_bytes, 500 for an
-// inference failure, 503 when the model's batcher is closed or
-// HTTPConfig.MaxConcurrentInfer requests are in progress (then with
-// Retry-After).
+// inference failure, 503 when the model's batcher is closed, when
+// HTTPConfig.MaxConcurrentInfer requests are in progress or the model has
+// batching.max_queue_size requests waiting (then with Retry-After), and
+// when the request waited past batching.default_queue_timeout (also with
+// Retry-After). A "priority" parameter ("parameters": {"priority": n})
+// picks the request's priority level, as kwargs.priority does for a task.
 
 // HeaderInferenceLength is the binary tensor extension's header: the
 // length of the JSON part of a request or response body.
@@ -164,7 +167,11 @@ func (o *oip) infer(w http.ResponseWriter, r *http.Request) {
 		res = o.s.oipInfer(r.Context(), m, body, r.Header, start)
 	}
 	o.s.met.HTTPInfer.WithLabelValues(name, res.outcome).Inc()
+	o.s.met.inference(name, res.outcome)
 	o.s.met.SyncDuration.WithLabelValues(name, "http").Observe(time.Since(start).Seconds())
+	if Unavailable(res.err) {
+		w.Header().Set("Retry-After", "1")
+	}
 	if res.code != http.StatusOK {
 		oipError(w, res.code, res.err)
 		return
@@ -262,7 +269,7 @@ func inferStatus(a *admitted, outcome string, err error) int {
 		return http.StatusNotFound
 	case a.verdict != admitRun, outcome == OutcomeBadInput, outcome == OutcomeExpired:
 		return http.StatusBadRequest
-	case errors.Is(err, runtime.ErrClosed):
+	case errors.Is(err, runtime.ErrClosed), Unavailable(err):
 		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/inferq/inferq/mq"
@@ -64,6 +65,7 @@ func (s *Server) startQueries(ctx context.Context) (wait func()) {
 func (s *Server) answer(ctx context.Context, q *queue, req *mq.QueryRequest) mq.QueryResponse {
 	resp, model, outcome := s.query(ctx, q, req)
 	s.met.Queries.WithLabelValues(model, outcome).Inc()
+	s.met.inference(model, outcome)
 	if model != "" {
 		s.met.SyncDuration.WithLabelValues(model, "query").Observe(time.Since(req.Received).Seconds())
 	}
@@ -105,15 +107,22 @@ type syncJob struct {
 	trace       tracing
 	root, stage context.Context
 	done        chan struct{}
+	pol         *queuePolicy
+	started     atomic.Bool
 }
 
 // RunStarting opens the SpanInfer stage.
 func (j *syncJob) RunStarting(r *runtime.Request) {
+	j.started.Store(true)
+	j.pol.release()
 	j.stage = j.trace.inferStage(j.root, j.stage, r.BatchItems)
 }
 
 // Finished ends the open stage and wakes the caller.
 func (j *syncJob) Finished(r *runtime.Request) {
+	if !j.started.Load() {
+		j.pol.release()
+	}
 	endSpan(j.stage, r.Result.Err)
 	j.stage = nil
 	j.done <- struct{}{}
@@ -132,20 +141,26 @@ func (s *Server) runSync(ctx context.Context, a *admitted, root context.Context)
 		ctx, cancel = context.WithDeadline(ctx, a.deadline)
 		defer cancel()
 	}
-	j := &syncJob{trace: s.trace, root: root, done: make(chan struct{}, 1)}
-	j.req = runtime.Request{Item: runtime.Item{Inputs: a.inputs, Outputs: a.outputs}, Priority: a.priority, Owner: j}
+	pol := a.model.pol
+	if err := pol.reserve(); err != nil {
+		return nil, OutcomeQueueFull, err
+	}
+	j := &syncJob{trace: s.trace, root: root, done: make(chan struct{}, 1), pol: pol}
+	j.req = runtime.Request{Item: runtime.Item{Inputs: a.inputs, Outputs: a.outputs}, Priority: a.priority, Level: a.level, Owner: j}
 	j.stage = s.trace.stage(root, nil, SpanBatch)
+	// The batcher waits with qctx: the deadline or default_queue_timeout.
+	qctx, cancel := pol.queueCtx(ctx, time.Time{}, s.cfg.Now())
+	defer cancel()
 	var r runtime.ItemResult
-	if err := a.model.Batcher.Enqueue(ctx, &j.req); err != nil {
-		r.Err = fmt.Errorf("enqueue for inference: %w", err)
+	if err := a.model.Batcher.Enqueue(qctx, &j.req); err != nil {
+		pol.release()
+		r.Err = fmt.Errorf("enqueue for inference: %w", context.Cause(qctx))
+		if qctx.Err() == nil {
+			r.Err = fmt.Errorf("enqueue for inference: %w", err)
+		}
 		endSpan(j.stage, r.Err)
 	} else {
-		select {
-		case <-j.done:
-			r = j.req.Result
-		case <-ctx.Done():
-			r.Err = ctx.Err()
-		}
+		r = j.wait(ctx, qctx)
 	}
 	if r.Err != nil {
 		outcome, err := syncError(a.model.Config.Name, r.Err)
@@ -154,10 +169,35 @@ func (s *Server) runSync(ctx context.Context, a *admitted, root context.Context)
 	return r.Outputs, OutcomeSuccess, nil
 }
 
+// wait waits for j's result, for ctx to end, or for qctx to end before
+// its run started (the queue timeout: the batcher will not start it then).
+func (j *syncJob) wait(ctx, qctx context.Context) runtime.ItemResult {
+	queued := qctx.Done()
+	for {
+		select {
+		case <-j.done:
+			return j.req.Result
+		case <-ctx.Done():
+			return runtime.ItemResult{Err: ctx.Err()}
+		case <-queued:
+			if !j.started.Load() {
+				return runtime.ItemResult{Err: context.Cause(qctx)}
+			}
+			queued = nil // running: its result is on the way
+		}
+	}
+}
+
 // syncError names the outcome of a failed sync run and the error the caller
 // gets.
 func syncError(model string, err error) (outcome string, _ error) {
 	switch {
+	case errors.Is(err, ErrQueueTimeout), errors.Is(err, ErrQueueFull):
+		outcome := OutcomeQueueTimeout
+		if errors.Is(err, ErrQueueFull) {
+			outcome = OutcomeQueueFull
+		}
+		return outcome, err // it names the model and the setting
 	case errors.Is(err, runtime.ErrInvalidInput):
 		return OutcomeBadInput, fmt.Errorf("model %q: %w", model, err)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):

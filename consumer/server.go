@@ -50,6 +50,7 @@ type Model struct {
 	// Version is reported as model_version in results ("1" when empty).
 	Version string
 	met     *modelMetrics // set by New
+	pol     *queuePolicy  // set by New
 
 	// MaxInFlight is how many of its tasks may be taken and unsettled at
 	// once, from its placement (runtime.Placement.MaxInFlight: 4 full
@@ -175,6 +176,25 @@ type queue struct {
 	name   string
 	table  *modelTable
 	poller *mq.Poller
+	// undecided counts its messages handed to intake and not yet
+	// admitted; room is told when they are, or when a pending request of
+	// its models starts or leaves (see waitQueueRoom).
+	undecided atomic.Int64
+	room      chan struct{}
+}
+
+// decided counts a message of q out of intake.
+func (q *queue) decided() {
+	q.undecided.Add(-1)
+	q.wake()
+}
+
+// wake tells waitQueueRoom to look again.
+func (q *queue) wake() {
+	select {
+	case q.room <- struct{}{}:
+	default:
+	}
 }
 
 // Server consumes every configured queue. Create it with New, start it with
@@ -231,10 +251,12 @@ func New(cfg Config) (*Server, error) {
 		m.met = s.met.forModel(m.Config.Name)
 		q := byQueue[m.Config.Queue]
 		if q == nil {
-			q = &queue{name: m.Config.Queue, table: newModelTable("queue " + m.Config.Queue)}
+			q = &queue{name: m.Config.Queue, table: newModelTable("queue " + m.Config.Queue), room: make(chan struct{}, 1)}
 			byQueue[q.name] = q
 			s.queues = append(s.queues, q)
 		}
+		m.pol = &queuePolicy{model: m.Config.Name, max: int64(m.Config.Batching.MaxQueueSize),
+			timeout: m.Config.Batching.DefaultQueueTimeout.D(), gauge: s.met.Pending.WithLabelValues(m.Config.Name), q: q}
 		if err := q.table.add(m); err != nil {
 			return nil, err
 		}
@@ -297,7 +319,8 @@ func (s *Server) BrokerAnswers() bool {
 func (s *Server) StoreFull() bool { return s.cfg.StoreFull != nil && s.cfg.StoreFull() }
 
 // deliverWhenRoom is each Poller's Deliver: the batch goes to intake once
-// the result store has room.
+// the result store has room, each message once its models have room
+// (max_queue_size, waitQueueRoom).
 func (s *Server) deliverWhenRoom(ctx context.Context, q *queue, batch []*mq.Message) (int, error) {
 	if err := s.waitStoreRoom(ctx, q); err != nil {
 		return 0, err

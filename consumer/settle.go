@@ -51,6 +51,7 @@ type job struct {
 // crash counts only against the tasks that were running.
 func (j *job) RunStarting(r *runtime.Request) {
 	j.started = true
+	j.adm.model.pol.release()
 	if err := j.s.journal.Start(j.msg.ID); err != nil {
 		j.s.log.Error("attempt journal write failed; a crash during this task would not be counted", "err", err)
 	}
@@ -61,6 +62,9 @@ func (j *job) RunStarting(r *runtime.Request) {
 // Finished hands the finished run to the writers. It blocks while they
 // are all busy, which holds the batcher back: backpressure, not loss.
 func (j *job) Finished(r *runtime.Request) {
+	if !j.started {
+		j.adm.model.pol.release()
+	}
 	j.cancel()
 	// The run is over: a crash from now on is not this task's doing.
 	j.s.journal.Done(j.msg.ID)
@@ -143,6 +147,10 @@ func decide(f facts) settlement {
 		o.err = fmt.Errorf("attempts exhausted (%d): the task's last attempt failed and its move to the dead letter queue did not complete; not run again", f.limit)
 	case err == nil:
 		o.action, o.status, o.label = actAck, task.StatusSuccess, OutcomeSuccess
+	case errors.Is(err, ErrQueueTimeout):
+		// Not run: it waited past default_queue_timeout. Final, like
+		// the deadline: a retry would only queue it again.
+		o.action, o.err, o.label = actAck, err, OutcomeQueueTimeout
 	case errors.Is(err, context.DeadlineExceeded):
 		o.action, o.err, o.label = actAck, fmt.Errorf("deadline exceeded before inference started: %w", err), OutcomeExpired
 	case f.neverRan, errors.Is(err, context.Canceled), errors.Is(err, runtime.ErrClosed):
@@ -272,6 +280,7 @@ func (s *Server) settle(ctx context.Context, j *job) {
 	case o.label != "":
 		s.met.Tasks.WithLabelValues(name, o.label).Inc()
 	}
+	s.met.inference(name, o.label)
 	switch o.action {
 	case actAck:
 		if err := j.msg.Ack(); err != nil {

@@ -364,6 +364,72 @@ type Batching struct {
 	// PreferredBatchSizes, optional, are sizes the batcher runs as soon
 	// as it reaches them.
 	PreferredBatchSizes []int `yaml:"preferred_batch_sizes"`
+
+	// Queue policy, Triton's dynamic_batching fields.
+
+	// MaxQueueSize bounds the requests admitted and waiting for their run
+	// (queued tasks, queries and HTTP requests together). When it is
+	// reached the model's queue is not polled further (tasks stay on the
+	// broker), HTTP infer answers 503 with Retry-After and a query gets
+	// an error. 0: the batcher's built-in bound (4 x max_batch_size x
+	// instances x concurrency), where every path waits for room.
+	MaxQueueSize int `yaml:"max_queue_size"`
+	// DefaultQueueTimeout bounds a request's wait for its run, from its
+	// admission to the batcher: one that waits longer is not run (a task
+	// gets a FAILURE record "queue timeout", HTTP 503). 0: no bound.
+	DefaultQueueTimeout Duration `yaml:"default_queue_timeout"`
+	// PriorityLevels is the number of priority levels, 1 the highest
+	// (Triton's order); requests name one in kwargs.priority (tasks and
+	// queries) or the "priority" parameter (HTTP infer). 0: one level.
+	PriorityLevels int `yaml:"priority_levels"`
+	// DefaultPriorityLevel is the level of a request without one (or with
+	// priority 0); 0 takes the lowest, priority_levels.
+	DefaultPriorityLevel int `yaml:"default_priority_level"`
+	// PriorityAging bounds starvation: a waiting request rises one lane
+	// (sync requests ahead of queued tasks within a level, then a level)
+	// every priority_aging, so none waits longer than
+	// (2 x levels - 1) x priority_aging before it is first in line
+	// (0: DefaultPriorityAging).
+	PriorityAging Duration `yaml:"priority_aging"`
+}
+
+// DefaultPriorityAging is batching.priority_aging when unset.
+const DefaultPriorityAging = Duration(time.Second)
+
+// Level is the batcher lane of a request's priority: p in
+// 1..priority_levels, or 0 for default_priority_level (the lowest when
+// that is 0). The caller checks p with CheckPriority first.
+func (b Batching) Level(p int) int {
+	if p == 0 {
+		p = b.DefaultPriorityLevel
+	}
+	if p == 0 {
+		p = max(b.PriorityLevels, 1)
+	}
+	return p
+}
+
+// CheckPriority refuses a request priority the model has no level for;
+// field names where it came from (kwargs.priority, the "priority"
+// parameter).
+func (b Batching) CheckPriority(field string, p int) error {
+	switch {
+	case p == 0:
+		return nil
+	case b.PriorityLevels == 0:
+		return fmt.Errorf("%s %d: the model has no priority levels (batching.priority_levels 0); send 0 or none", field, p)
+	case p < 0 || p > b.PriorityLevels:
+		return fmt.Errorf("%s %d: want 1 (highest) to %d (batching.priority_levels), or 0 for the default level", field, p, b.PriorityLevels)
+	}
+	return nil
+}
+
+// Aging is priority_aging, the default when unset.
+func (b Batching) Aging() time.Duration {
+	if b.PriorityAging <= 0 {
+		return DefaultPriorityAging.D()
+	}
+	return b.PriorityAging.D()
 }
 
 // Retries is a model's retry policy.
@@ -423,6 +489,7 @@ func NewModel(name string) Model {
 		Batching: Batching{
 			MaxBatchSize:  DefaultMaxBatchSize,
 			MaxQueueDelay: DefaultMaxQueueDelay,
+			PriorityAging: DefaultPriorityAging,
 		},
 		Retries: Retries{
 			MaxRetries:     DefaultMaxRetries,

@@ -148,6 +148,7 @@ func (m *Model) validate(bad func(field, format string, args ...any)) {
 			bad("batching.preferred_batch_sizes", "%d is listed twice", s)
 		}
 	}
+	validateQueuePolicy(b, bad)
 	r := m.Retries
 	if r.MaxRetries < 0 {
 		bad("retries.max_retries", "must not be negative, got %d", r.MaxRetries)
@@ -181,3 +182,30 @@ func (m *Model) validate(bad func(field, format string, args ...any)) {
 	}
 	m.CUDA.validate(bad)
 }
+
+// validateQueuePolicy checks batching's queue policy fields (Triton's
+// max_queue_size, default_queue_timeout, priority_levels,
+// default_priority_level) and priority_aging.
+func validateQueuePolicy(b Batching, bad func(field, format string, args ...any)) {
+	if b.MaxQueueSize < 0 {
+		bad("batching.max_queue_size", "must not be negative (0 means the built-in bound), got %d", b.MaxQueueSize)
+	} else if b.MaxQueueSize > 0 && b.MaxQueueSize < b.MaxBatchSize {
+		bad("batching.max_queue_size", "%d is below max_batch_size (%d): a full batch could never gather", b.MaxQueueSize, b.MaxBatchSize)
+	}
+	if b.DefaultQueueTimeout < 0 {
+		bad("batching.default_queue_timeout", "must not be negative (0 means none), got %s", b.DefaultQueueTimeout)
+	}
+	if b.PriorityLevels < 0 || b.PriorityLevels > MaxPriorityLevels {
+		bad("batching.priority_levels", "must be within 0..%d, got %d", MaxPriorityLevels, b.PriorityLevels)
+	}
+	if b.DefaultPriorityLevel < 0 || b.DefaultPriorityLevel > max(b.PriorityLevels, 1) {
+		bad("batching.default_priority_level", "must be within 1..priority_levels (%d), or 0 for the lowest, got %d", b.PriorityLevels, b.DefaultPriorityLevel)
+	}
+	if b.PriorityAging < 0 {
+		bad("batching.priority_aging", "must not be negative (0 takes the default %s), got %s", DefaultPriorityAging, b.PriorityAging)
+	}
+}
+
+// MaxPriorityLevels bounds batching.priority_levels: each level is a lane
+// the batcher looks at for every batch.
+const MaxPriorityLevels = 16

@@ -48,7 +48,22 @@ type BatchPolicy struct {
 	// runs without waiting for MaxQueueDelay. Each must be in
 	// [1, MaxBatchSize]; order does not matter.
 	PreferredBatchSizes []int
+	// PriorityLevels is the number of priority levels (Request.Level), 1
+	// the highest, as Triton orders them; 0 is one level. Within a level
+	// Priority requests (a caller waiting) go first. Each level and kind
+	// is a lane, 2 x PriorityLevels of them; batches are cut from the
+	// lowest lane first, oldest first within a lane.
+	PriorityLevels int
+	// PriorityAging bounds starvation: a waiting request's lane counts
+	// one lower for every PriorityAging it has waited, so after
+	// (2 x PriorityLevels - 1) x PriorityAging every request is in lane
+	// 0, where the oldest goes first: nothing enqueued after it passes
+	// it. 0: no aging (a low lane waits as long as higher ones are busy).
+	PriorityAging time.Duration
 }
+
+// lanes is the number of lanes the policy's levels make.
+func (p BatchPolicy) lanes() int { return 2 * max(p.PriorityLevels, 1) }
 
 // Validate refuses a policy that can never fire or makes no sense.
 func (p BatchPolicy) Validate() error {
@@ -57,6 +72,12 @@ func (p BatchPolicy) Validate() error {
 	}
 	if p.MaxQueueDelay < 0 {
 		return fmt.Errorf("runtime: batch policy: max_queue_delay %s is negative", p.MaxQueueDelay)
+	}
+	if p.PriorityLevels < 0 {
+		return fmt.Errorf("runtime: batch policy: priority levels %d is negative", p.PriorityLevels)
+	}
+	if p.PriorityAging < 0 {
+		return fmt.Errorf("runtime: batch policy: priority aging %s is negative", p.PriorityAging)
 	}
 	seen := make(map[int]bool, len(p.PreferredBatchSizes))
 	for _, s := range p.PreferredBatchSizes {
@@ -168,8 +189,12 @@ func isNilRunner(r Runner) bool {
 type Request struct {
 	Item Item
 	// Priority requests (synchronous queries) are run ahead of the others
-	// of their shape group, and their groups ahead of groups without one.
+	// of their level, and do not wait out MaxQueueDelay.
 	Priority bool
+	// Level is the request's priority level, 1 the highest; 0 or a level
+	// beyond BatchPolicy.PriorityLevels is the lowest. Lower levels run
+	// first (see BatchPolicy.PriorityAging for the starvation bound).
+	Level int
 	// Alone runs the item in a batch of its own: the consumer sets it on a
 	// task that was in flight when a process died, so that the tasks that
 	// would share its batch do not share its fate.
@@ -183,8 +208,8 @@ type Request struct {
 	BatchItems int
 	// Result is set before Owner.Finished: the outputs, or the error that
 	// failed this item alone (the request's context error if it ended
-	// before the run started; ErrClosed if the batcher was closed without
-	// ever running it).
+	// before the run started, context.Cause of it when it has one;
+	// ErrClosed if the batcher was closed without ever running it).
 	Result ItemResult
 	// Enqueued is set by Enqueue to the time it accepted the request;
 	// MaxQueueDelay and the observer's queue wait count from it.
@@ -195,6 +220,7 @@ type Request struct {
 	// along so that a request costs the batcher no allocation.
 	ctx  context.Context
 	rows int
+	lane int
 }
 
 // Owner is told of the run of the requests it enqueued. Both methods are

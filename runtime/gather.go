@@ -65,12 +65,27 @@ func (b *Batcher) enqueue(ctx context.Context, r *Request, wait bool) error {
 		r.rows = max(r.rows, b.policy.MaxBatchSize)
 	}
 	r.Enqueued = time.Now()
+	r.lane = b.lane(r)
 	if r.Priority {
 		b.prio <- r
 	} else {
 		b.normal <- r
 	}
 	return nil
+}
+
+// lane is r's lane: two per level, the Priority one first.
+func (b *Batcher) lane(r *Request) int {
+	levels := max(b.policy.PriorityLevels, 1)
+	l := r.Level
+	if l < 1 || l > levels {
+		l = levels
+	}
+	lane := 2 * (l - 1)
+	if !r.Priority {
+		lane++
+	}
+	return lane
 }
 
 // batch is one run's requests, cut from one shape group; gone are
@@ -90,6 +105,8 @@ type gatherer struct {
 	delay     time.Duration
 	preferred []int
 
+	lanes   int
+	aging   time.Duration
 	groups  map[uint64]*shapeGroup // by shape hash; collisions chained
 	active  []*shapeGroup          // groups holding requests
 	spare   []*shapeGroup
@@ -113,6 +130,8 @@ func newGatherer(b *Batcher) *gatherer {
 		max:       b.policy.MaxBatchSize,
 		delay:     b.policy.MaxQueueDelay,
 		preferred: b.policy.PreferredBatchSizes,
+		lanes:     b.policy.lanes(),
+		aging:     b.policy.PriorityAging,
 		groups:    make(map[uint64]*shapeGroup),
 		work:      make([]chan *batch, len(b.runners)),
 		freed:     make(chan *batch, slots),
@@ -203,18 +222,18 @@ func (g *gatherer) add(r *Request) {
 			sg = g.spare[n-1]
 			g.spare = g.spare[:n-1]
 		} else {
-			sg = new(shapeGroup)
+			sg = &shapeGroup{lanes: make([]reqQueue, g.lanes)}
 		}
 		sg.hash, sg.next = h, first
 		g.groups[h] = sg
 		sg.index = len(g.active)
 		g.active = append(g.active, sg)
 	}
+	sg.lanes[r.lane].push(r)
 	if r.Priority {
-		sg.prio.push(r)
-	} else {
-		sg.normal.push(r)
+		sg.sync++
 	}
+	sg.n++
 	sg.rows += r.rows
 	g.pending++
 }
@@ -239,7 +258,7 @@ func (g *gatherer) remove(sg *shapeGroup) {
 			}
 		}
 	}
-	*sg = shapeGroup{prio: sg.prio, normal: sg.normal}
+	*sg = shapeGroup{lanes: sg.lanes}
 	if len(g.spare) < 64 {
 		g.spare = append(g.spare, sg)
 	}
@@ -253,25 +272,27 @@ func (g *gatherer) dispatch(stopping bool) {
 		if now.IsZero() && !stopping {
 			now = time.Now()
 		}
+		if now.IsZero() {
+			now = time.Now() // stopping: lanes still order the flush
+		}
 		var best *shapeGroup
 		var bestLimit int
-		var bestAt time.Time
+		var bestKey laneKey
 		for _, sg := range g.active {
 			limit := g.readyLimit(sg, now, stopping)
 			if limit == 0 {
 				continue
 			}
-			at := sg.oldest()
-			if best == nil || sg.prio.len() > 0 && best.prio.len() == 0 ||
-				(sg.prio.len() > 0) == (best.prio.len() > 0) && at.Before(bestAt) {
-				best, bestLimit, bestAt = sg, limit, at
+			_, key := g.first(sg, now)
+			if best == nil || key.before(bestKey) {
+				best, bestLimit, bestKey = sg, limit, key
 			}
 		}
 		if best == nil {
 			return
 		}
-		g.send(g.cut(best, bestLimit))
-		if best.prio.len()+best.normal.len() == 0 {
+		g.send(g.cut(best, bestLimit, now))
+		if best.n == 0 {
 			g.remove(best)
 		}
 	}
@@ -282,7 +303,7 @@ func (g *gatherer) readyLimit(sg *shapeGroup, now time.Time, stopping bool) int 
 	// A priority request (a caller waiting: a query, an HTTP infer) does
 	// not wait out the delay: its group runs at the first free slot. Under
 	// load slots are busy, so its batch still fills meanwhile.
-	if stopping || sg.rows >= g.max || sg.prio.len() > 0 || !now.Before(sg.oldest().Add(g.delay)) {
+	if stopping || sg.rows >= g.max || sg.sync > 0 || !now.Before(sg.oldest().Add(g.delay)) {
 		return g.max
 	}
 	if len(g.preferred) == 0 {
@@ -290,7 +311,8 @@ func (g *gatherer) readyLimit(sg *shapeGroup, now time.Time, stopping bool) int 
 	}
 	// The largest preferred size that a prefix of the group adds up to.
 	best, sum, pi := 0, 0, 0
-	for _, q := range [2]*reqQueue{&sg.prio, &sg.normal} {
+	for i := range sg.lanes {
+		q := &sg.lanes[i]
 		for _, r := range q.buf[q.head:] {
 			sum += r.rows
 			if sum > g.max {
@@ -310,23 +332,56 @@ func (g *gatherer) readyLimit(sg *shapeGroup, now time.Time, stopping bool) int 
 	return best
 }
 
-// cut takes up to limit rows from sg's head, priority requests first; a
-// head item bigger than limit goes alone. Requests whose context has ended
-// go in the batch's gone list and count for nothing.
-func (g *gatherer) cut(sg *shapeGroup, limit int) *batch {
+// laneKey orders requests: the lower (aged) lane first, then the older.
+type laneKey struct {
+	lane int
+	at   time.Time
+}
+
+func (k laneKey) before(o laneKey) bool {
+	return k.lane < o.lane || k.lane == o.lane && k.at.Before(o.at)
+}
+
+// key is r's place in line at now: its lane, lowered by one for every
+// PriorityAging it has waited.
+func (g *gatherer) key(r *Request, now time.Time) laneKey {
+	lane := r.lane
+	if g.aging > 0 && lane > 0 {
+		lane = max(0, lane-int(now.Sub(r.Enqueued)/g.aging))
+	}
+	return laneKey{lane, r.Enqueued}
+}
+
+// first returns the lane of sg whose head goes first at now, and its key;
+// sg holds a request. Each lane is in Enqueue order, so its head ages
+// most: the heads are all that need comparing.
+func (g *gatherer) first(sg *shapeGroup, now time.Time) (*reqQueue, laneKey) {
+	var best *reqQueue
+	var bestKey laneKey
+	for i := range sg.lanes {
+		q := &sg.lanes[i]
+		r := q.peek()
+		if r == nil {
+			continue
+		}
+		if k := g.key(r, now); best == nil || k.before(bestKey) {
+			best, bestKey = q, k
+		}
+	}
+	return best, bestKey
+}
+
+// cut takes up to limit rows from sg in lane order (see first); a head
+// item bigger than limit goes alone. Requests whose context has ended go
+// in the batch's gone list and count for nothing.
+func (g *gatherer) cut(sg *shapeGroup, limit int, now time.Time) *batch {
 	n := len(g.batches)
 	bt := g.batches[n-1]
 	g.batches = g.batches[:n-1]
 	rows := 0
-	for rows < limit {
-		q := &sg.prio
-		if q.len() == 0 {
-			q = &sg.normal
-		}
+	for rows < limit && sg.n > 0 {
+		q, _ := g.first(sg, now)
 		r := q.peek()
-		if r == nil {
-			break
-		}
 		if r.ctx.Err() == nil {
 			if len(bt.reqs) > 0 && rows+r.rows > limit {
 				break
@@ -337,6 +392,10 @@ func (g *gatherer) cut(sg *shapeGroup, limit int) *batch {
 			bt.gone = append(bt.gone, r)
 		}
 		q.pop()
+		sg.n--
+		if r.Priority {
+			sg.sync--
+		}
 		sg.rows -= r.rows
 		g.pending--
 		<-g.b.tokens
@@ -385,35 +444,38 @@ func (g *gatherer) arm() {
 	g.timerSet, g.timerAt = true, at
 }
 
-// shapeGroup holds the pending requests of one per-item shape.
+// shapeGroup holds the pending requests of one per-item shape, by lane
+// (Batcher.lane).
 type shapeGroup struct {
-	hash   uint64
-	next   *shapeGroup
-	index  int // in gatherer.active
-	prio   reqQueue
-	normal reqQueue
-	rows   int
+	hash  uint64
+	next  *shapeGroup
+	index int // in gatherer.active
+	lanes []reqQueue
+	n     int // requests held
+	sync  int // of them Priority
+	rows  int
 }
 
 // head returns a request of the group, whose item stands for its shape;
 // groups are dropped when they empty, so there is one.
 func (sg *shapeGroup) head() *Request {
-	if r := sg.prio.peek(); r != nil {
-		return r
+	for i := range sg.lanes {
+		if r := sg.lanes[i].peek(); r != nil {
+			return r
+		}
 	}
-	return sg.normal.peek()
+	return nil
 }
 
 // oldest returns the earliest Enqueued of the group's head requests.
 func (sg *shapeGroup) oldest() time.Time {
-	p, n := sg.prio.peek(), sg.normal.peek()
-	switch {
-	case p == nil:
-		return n.Enqueued
-	case n == nil || p.Enqueued.Before(n.Enqueued):
-		return p.Enqueued
+	var at time.Time
+	for i := range sg.lanes {
+		if r := sg.lanes[i].peek(); r != nil && (at.IsZero() || r.Enqueued.Before(at)) {
+			at = r.Enqueued
+		}
 	}
-	return n.Enqueued
+	return at
 }
 
 // reqQueue is a FIFO of requests that reuses its buffer.
@@ -505,14 +567,14 @@ func (b *Batcher) worker(i int, work <-chan *batch, freed chan<- *batch) {
 // runBatch runs bt on runner i and finishes every request.
 func (b *Batcher) runBatch(i int, bt *batch) {
 	for _, r := range bt.gone {
-		r.Finish(ItemResult{Err: r.ctx.Err()})
+		r.Finish(ItemResult{Err: context.Cause(r.ctx)})
 	}
 	// A request may have been cancelled since the batch was cut.
 	reqs := bt.reqs[:0]
 	rows := 0
 	for _, r := range bt.reqs {
-		if err := r.ctx.Err(); err != nil {
-			r.Finish(ItemResult{Err: err})
+		if r.ctx.Err() != nil {
+			r.Finish(ItemResult{Err: context.Cause(r.ctx)})
 			continue
 		}
 		reqs = append(reqs, r)

@@ -32,7 +32,9 @@ func WithCreatedAt(t time.Time) Option { return func(o *buildOptions) { o.create
 // WithTimeout sets kwargs.timeout_ms: the task expires d after created_at.
 func WithTimeout(d time.Duration) Option { return func(o *buildOptions) { o.timeout = d } }
 
-// WithPriority sets kwargs.priority (higher runs first).
+// WithPriority sets kwargs.priority: the priority level, 1 the highest
+// (Triton's order), up to the model's batching.priority_levels; 0 is its
+// default level.
 func WithPriority(p int) Option { return func(o *buildOptions) { o.priority = p } }
 
 // WithReplyTo names the Events Store channel for the result record (tag

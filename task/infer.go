@@ -19,7 +19,7 @@ import (
 // form of a task. The Task's ID is the request's id (empty when absent),
 // its Name is empty (the URL names the model), Outputs and BinaryOutputs
 // come from "outputs" (binary_data or binary_data_output per output) and
-// "parameters".binary_data_output.
+// "parameters".binary_data_output, Priority from "parameters".priority.
 //
 // Errors: ErrUndecodable when the body is not a JSON object or the header
 // length does not fit it, ErrTooLarge when it is over lim.MaxBodyBytes,
@@ -61,12 +61,20 @@ func ParseInfer(body []byte, headerLen string, lim Limits) (*Task, error) {
 	}
 	if isJSONValue(req.Parameters) {
 		var p struct {
-			BinaryDataOutput bool `json:"binary_data_output"`
+			BinaryDataOutput bool            `json:"binary_data_output"`
+			Priority         json.RawMessage `json:"priority"`
 		}
 		if err := json.Unmarshal(req.Parameters, &p); err != nil {
 			return nil, fmt.Errorf(`%w: request body: "parameters": want an object with binary_data_output true or false: %v`, ErrBadInput, err)
 		}
 		t.BinaryOutputs = p.BinaryDataOutput
+		if isJSONValue(p.Priority) {
+			var n int32
+			if err := json.Unmarshal(p.Priority, &n); err != nil {
+				return nil, fmt.Errorf(`%w: request body: parameters.priority: want an integer, got %s`, ErrBadInput, clip(p.Priority))
+			}
+			t.Priority = int(n)
+		}
 	}
 	if isJSONValue(req.Outputs) {
 		var outs []struct {

@@ -146,7 +146,9 @@ type Task struct {
 	// BinaryOutputs is kwargs.parameters.binary_data_output: every output
 	// comes back in the binary form.
 	BinaryOutputs bool
-	// Priority is kwargs.priority (0 when absent); higher runs first.
+	// Priority is kwargs.priority (0 when absent): the priority level, 1
+	// the highest (Triton's order), 0 the model's default level; the
+	// model's batching.priority_levels bounds it (checked at admission).
 	Priority int
 	// Timeout is kwargs.timeout_ms; zero means no deadline.
 	Timeout time.Duration

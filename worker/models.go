@@ -60,7 +60,8 @@ func OpenSessions(ctx context.Context, env *runtime.Env, m models.Model, devs []
 // queue delay and concurrency, and those of its preferred batch sizes that
 // fit the max. obs may be nil.
 func NewBatcher(m models.Model, runners []runtime.Runner, obs runtime.BatchObserver, log *slog.Logger) (*runtime.Batcher, error) {
-	pol := runtime.BatchPolicy{MaxBatchSize: m.Batching.MaxBatchSize, MaxQueueDelay: m.Batching.MaxQueueDelay.D()}
+	pol := runtime.BatchPolicy{MaxBatchSize: m.Batching.MaxBatchSize, MaxQueueDelay: m.Batching.MaxQueueDelay.D(),
+		PriorityLevels: m.Batching.PriorityLevels, PriorityAging: m.Batching.Aging()}
 	for _, p := range m.Batching.PreferredBatchSizes {
 		if p <= pol.MaxBatchSize {
 			pol.PreferredBatchSizes = append(pol.PreferredBatchSizes, p)
@@ -71,6 +72,7 @@ func NewBatcher(m models.Model, runners []runtime.Runner, obs runtime.BatchObser
 	}
 	b, err := runtime.NewBatcher(runtime.BatcherConfig{
 		Name: m.Name, Policy: pol, Runners: runners, Concurrency: m.Concurrency, Observer: obs, Logger: log,
+		QueueSize: m.Batching.MaxQueueSize, // 0: the batcher's default bound
 	})
 	if err != nil {
 		return nil, fmt.Errorf("model %q: batcher: %w", m.Name, err)

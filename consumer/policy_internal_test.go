@@ -1,0 +1,79 @@
+package consumer
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestAdmitPriority: a task's kwargs.priority, a query's and an HTTP
+// request's "priority" parameter pick the priority level, checked against
+// the model's batching.priority_levels, with errors naming the field.
+func TestAdmitPriority(t *testing.T) {
+	mt := admitTable(t)
+	m := mt.byName["m"]
+	m.Config.Batching.PriorityLevels, m.Config.Batching.DefaultPriorityLevel = 3, 2
+	now := time.Now()
+	for _, tc := range []struct {
+		name     string
+		model    string
+		priority string // the JSON value; "" for none
+		level    int    // when admitted
+		want     []string
+	}{
+		{name: "none takes the default", model: "m", level: 2},
+		{name: "0 takes the default", model: "m", priority: "0", level: 2},
+		{name: "highest", model: "m", priority: "1", level: 1},
+		{name: "lowest", model: "m", priority: "3", level: 3},
+		{name: "beyond the levels", model: "m", priority: "4", want: []string{`model "m"`, "priority 4: want 1 (highest) to 3 (batching.priority_levels)"}},
+		{name: "negative", model: "m", priority: "-1", want: []string{"priority -1: want 1 (highest) to 3"}},
+		{name: "fraction", model: "m", priority: "1.5", want: []string{"priority", "want an integer"}},
+		{name: "string", model: "m", priority: `"1"`, want: []string{"priority", "want an integer"}},
+		{name: "bool", model: "m", priority: "true", want: []string{"priority", "want an integer"}},
+		{name: "huge", model: "m", priority: "99999999999", want: []string{"priority", "want an integer"}},
+		{name: "no levels, none", model: "small", level: 1},
+		{name: "no levels, 0", model: "small", priority: "0", level: 1},
+		{name: "no levels, 1", model: "small", priority: "1", want: []string{`model "small"`, "priority 1: the model has no priority levels (batching.priority_levels 0)"}},
+	} {
+		for _, from := range []source{fromQueue, fromQuery, fromHTTP} {
+			t.Run(tc.name+"/"+from.noun(), func(t *testing.T) {
+				in := admission{from: from, received: now}
+				var body string
+				if from == fromHTTP {
+					in.model = tc.model
+					params := ""
+					if tc.priority != "" {
+						params = `"parameters":{"priority":` + tc.priority + `},`
+					}
+					body = `{"id":"r1",` + params + `"inputs":[` + x4 + `]}`
+				} else {
+					kw := ""
+					if tc.priority != "" {
+						kw = `"priority":` + tc.priority + `,`
+					}
+					body = `{"task_id":"t1","task_name":"` + tc.model + `","kwargs":{` + kw + `"inputs":[` + x4 + `]}}`
+				}
+				in.body = []byte(body)
+				a := admit(in, mt)
+				if tc.want == nil {
+					if a.verdict != admitRun || a.level != tc.level {
+						t.Fatalf("verdict %d (%v) level %d, want it run at level %d", a.verdict, a.err, a.level, tc.level)
+					}
+					return
+				}
+				if a.verdict != admitBadInput {
+					t.Fatalf("verdict %d (%v), want bad input", a.verdict, a.err)
+				}
+				field := "kwargs.priority"
+				if from == fromHTTP {
+					field = "parameters.priority"
+				}
+				for _, w := range append(tc.want, field) {
+					if !strings.Contains(a.err.Error(), w) {
+						t.Errorf("error %q does not say %q", a.err, w)
+					}
+				}
+			})
+		}
+	}
+}
