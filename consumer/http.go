@@ -30,6 +30,9 @@ type HTTPConfig struct {
 	// the body included); one more is answered 503 with Retry-After at
 	// once. 0: models.DefaultHTTPMaxConcurrentRequests.
 	MaxConcurrentInfer int
+	// Routes are more handlers, by mux pattern, behind AuthToken too (the
+	// model repository extension, /v2/repository/...).
+	Routes map[string]http.Handler
 }
 
 // healthPaths are served without the bearer token: the kubelet's probes
@@ -92,6 +95,9 @@ func Handler(c HTTPConfig) http.Handler {
 		w.Write(body)
 	})
 	mountOIP(mux, c)
+	for pattern, rh := range c.Routes {
+		mux.Handle(pattern, rh)
+	}
 	return h
 }
 

@@ -300,6 +300,9 @@ type admitted struct {
 	outputs  []string  // nil: every output
 	deadline time.Time // zero: none
 	priority bool      // sync requests run ahead of queued tasks
+	// ranVersion (sync requests) is the model version that ran it, when
+	// the batcher said (runtime.Request.Version).
+	ranVersion string
 	// remote is the caller's span (traceparent), when traced.
 	remote trace.SpanContext
 }

@@ -239,7 +239,7 @@ func (s *Server) oipRun(ctx context.Context, a *admitted, root context.Context) 
 		return oipResult{code: code, err: err, outcome: outcome}
 	}
 	m := a.model
-	resp := task.NewInferResponse(m.Config.Name, m.Version, outputs, a.task)
+	resp := task.NewInferResponse(m.Config.Name, m.version(a.ranVersion), outputs, a.task)
 	b := make([]byte, 0, 256)
 	if a.task.ID != "" {
 		q, _ := json.Marshal(a.task.ID)

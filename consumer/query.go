@@ -85,7 +85,7 @@ func (s *Server) query(ctx context.Context, q *queue, req *mq.QueryRequest) (res
 	outputs, outcome, err := s.runSync(ctx, &a, root)
 	if err == nil {
 		var result, bin []byte
-		result, bin, err = task.NewInferResponse(model, a.model.Version, outputs, a.task).Encode()
+		result, bin, err = task.NewInferResponse(model, a.model.version(a.ranVersion), outputs, a.task).Encode()
 		if err == nil {
 			endRoot(root, outcome, nil)
 			return task.QueryResponse{Status: task.StatusSuccess, Result: result, Binary: bin}, model, outcome
@@ -142,7 +142,7 @@ func (s *Server) runSync(ctx context.Context, a *admitted, root context.Context)
 	} else {
 		select {
 		case <-j.done:
-			r = j.req.Result
+			r, a.ranVersion = j.req.Result, j.req.Version
 		case <-ctx.Done():
 			r.Err = ctx.Err()
 		}

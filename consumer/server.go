@@ -58,6 +58,16 @@ type Model struct {
 	MaxInFlight int
 }
 
+// version is the model_version of a result: ran, the version the batcher
+// says ran it (runtime.Request.Version, set by a model repository's
+// batcher), else m.Version.
+func (m *Model) version(ran string) string {
+	if ran != "" {
+		return ran
+	}
+	return m.Version
+}
+
 // Config configures a Server.
 type Config struct {
 	Broker Broker

@@ -509,7 +509,7 @@ func (s *Server) record(j *job, o settlement) *task.Record {
 	}
 	if o.status == task.StatusSuccess {
 		m := j.adm.model
-		resp := task.NewInferResponse(m.Config.Name, m.Version, j.req.Result.Outputs, t)
+		resp := task.NewInferResponse(m.Config.Name, m.version(j.req.Version), j.req.Result.Outputs, t)
 		result, bin, err := resp.Encode()
 		if err != nil {
 			rec.Status, rec.Error = task.StatusFailure, "encoding the result: "+err.Error()

@@ -82,6 +82,9 @@ type Config struct {
 	DataDir string  `yaml:"data_dir"`
 	Results Results `yaml:"results"`
 	Models  []Model `yaml:"models"`
+
+	// Model repository (see Repository in repository.go).
+	Repository `yaml:",inline"`
 }
 
 // Results configures the result store every model shares.
@@ -441,6 +444,7 @@ func (c *Config) SetDefaults() {
 	}
 	c.HTTP.SetDefaults()
 	c.Results.SetDefaults()
+	c.Repository.SetDefaults()
 	if c.DataDir == "" && c.Results.Spool == SpoolDisk {
 		c.DataDir = DefaultDataDir
 	}
