@@ -72,7 +72,7 @@ func Handler(c HTTPConfig) http.Handler {
 			Outputs []tensorMeta `json:"outputs"`
 		}
 		var list []model
-		for _, m := range c.Server.cfg.Models {
+		for _, m := range c.Server.modelList() {
 			list = append(list, model{Name: m.Config.Name, Version: m.Version, Queue: m.Config.Queue,
 				Devices: c.Devices[m.Config.Name], Inputs: tensorMetas(m.Info.Inputs), Outputs: tensorMetas(m.Info.Outputs)})
 		}

@@ -94,9 +94,10 @@ func (o *oip) health(w http.ResponseWriter, r *http.Request) {
 // model returns the model the path names, or writes the 404.
 func (o *oip) model(w http.ResponseWriter, r *http.Request) *Model {
 	name := r.PathValue("model")
-	m := o.s.models.byName[name]
+	mt := o.s.models.Load()
+	m := mt.byName[name]
 	if m == nil {
-		oipError(w, http.StatusNotFound, o.s.models.unknown(name))
+		oipError(w, http.StatusNotFound, mt.unknown(name))
 		return nil
 	}
 	if v := r.PathValue("version"); v != "" && v != m.Version {
@@ -213,7 +214,7 @@ type oipResult struct {
 // start with header h. Safe for concurrent use.
 func (s *Server) oipInfer(ctx context.Context, m *Model, body []byte, h http.Header, start time.Time) oipResult {
 	a := admit(admission{from: fromHTTP, body: body, tags: s.trace.traceHeaders(h), headerLen: h.Get(HeaderInferenceLength),
-		model: m.Config.Name, received: start, traced: s.trace.tr != nil}, s.models)
+		model: m.Config.Name, received: start, traced: s.trace.tr != nil}, s.models.Load())
 	root := s.trace.httpRoot(m.Config.Name, &a, start)
 	res := s.oipRun(ctx, &a, root)
 	var err error

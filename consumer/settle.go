@@ -360,7 +360,7 @@ func (s *Server) deadLetter(ctx context.Context, j *job, o settlement) {
 // queue's unprocessable queue, then acks it; one that cannot be forwarded
 // is ended by unsent.
 func (s *Server) forward(ctx context.Context, j *job, o settlement) {
-	dest := j.q.table.first.Config.UnprocessableQueue
+	dest := j.q.table.Load().first.Config.UnprocessableQueue
 	s.met.Unprocessable.Inc()
 	if o.label != OutcomeUnprocessable {
 		s.met.Tasks.WithLabelValues("", OutcomeUnprocessable).Inc()

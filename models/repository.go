@@ -101,6 +101,9 @@ func ParseModel(data []byte, name, path string) (Model, VersionPolicy, error) {
 			return Model{}, pol, fmt.Errorf("model %q: config.yaml: %w", name, err)
 		}
 	}
+	if m.Name == "" { // not in the file (Model.UnmarshalYAML starts from NewModel(""))
+		m.Name = name
+	}
 	if m.Name != name {
 		return Model{}, pol, fmt.Errorf("model %q: config.yaml: name is %q; the directory names the model", name, m.Name)
 	}

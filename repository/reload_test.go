@@ -113,6 +113,9 @@ func startRig(t *testing.T, dir string, mode models.ControlMode, httpListen stri
 		t.Fatal(err)
 	}
 	r.repo = repo
+	if len(repo.Models()) == 0 {
+		t.Fatalf("no model loaded: %+v", repo.Index(false))
+	}
 	w, err := worker.New(context.Background(), worker.Config{
 		Broker:     mq.Config{Address: srv.Addr, ClientID: "repo-test"},
 		Models:     repo.Models(),
@@ -193,7 +196,7 @@ func wait(ctx context.Context, c *client.Client, id string) outcome {
 	if err != nil {
 		return outcome{err: err}
 	}
-	return outcome{version: resp.ModelVersion, outputs: fmt.Sprint(resp.Outputs[0].Tensor.Data())}
+	return outcome{version: resp.ModelVersion, outputs: fmt.Sprintf("%x", resp.Outputs[0].Tensor.Data)}
 }
 
 // A steady stream of mlp tasks while version 2 appears in the
