@@ -231,6 +231,22 @@ func (r *Repository) Run(ctx context.Context) error {
 	return nil
 }
 
+// Close closes the sessions of a repository whose Run never ran (Run
+// closes them itself when it returns).
+func (r *Repository) Close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.runCtx != nil {
+		return
+	}
+	for _, m := range r.models {
+		for _, v := range m.loaded {
+			closeInstance(v.inst)
+		}
+		m.loaded = map[int64]*served{}
+	}
+}
+
 // start runs v's batcher until Run's ctx ends or v is retired. Called
 // with mu held; before Run, Run starts it.
 func (r *Repository) start(v *served) {
