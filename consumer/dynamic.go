@@ -205,6 +205,21 @@ func (s *Server) RemoveModel(ctx context.Context, name string) error {
 	return nil
 }
 
+// servingReporter is a Batcher that switches between model versions (a
+// model repository's) and says which one takes requests now.
+type servingReporter interface{ Serving() string }
+
+// serving is the version that takes m's requests now: its batcher's, else
+// m.Version.
+func (m *Model) serving() string {
+	if r, ok := m.Batcher.(servingReporter); ok {
+		if v := r.Serving(); v != "" {
+			return v
+		}
+	}
+	return m.Version
+}
+
 // with is a copy of mt with m added.
 func (mt *modelTable) with(m *Model) *modelTable {
 	out := newModelTable(mt.where)

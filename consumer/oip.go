@@ -100,8 +100,8 @@ func (o *oip) model(w http.ResponseWriter, r *http.Request) *Model {
 		oipError(w, http.StatusNotFound, mt.unknown(name))
 		return nil
 	}
-	if v := r.PathValue("version"); v != "" && v != m.Version {
-		oipError(w, http.StatusNotFound, fmt.Errorf("model %q has no version %q (it serves version %q)", name, v, m.Version))
+	if v := r.PathValue("version"); v != "" && v != m.serving() {
+		oipError(w, http.StatusNotFound, fmt.Errorf("model %q has no version %q (it serves version %q)", name, v, m.serving()))
 		return nil
 	}
 	return m
@@ -113,7 +113,7 @@ func (o *oip) modelMetadata(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
-		"name": m.Config.Name, "versions": []string{m.Version}, "platform": "onnxruntime_onnx",
+		"name": m.Config.Name, "versions": []string{m.serving()}, "platform": "onnxruntime_onnx",
 		"inputs": tensorMetas(m.Info.Inputs), "outputs": tensorMetas(m.Info.Outputs),
 	})
 }

@@ -193,3 +193,59 @@ func TestPollAddRemove(t *testing.T) {
 		t.Fatalf("task sent while other was removed: %+v", o)
 	}
 }
+
+// Poll mode: version 1's file replaced in place reloads version 1: the
+// records still say version 1, the outputs are the new file's, and the
+// Open Inference Protocol names the serving version.
+func TestPollReplaceInPlace(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "mlp", repository.ConfigFile), mlpConfig)
+	writeModel(t, dir, "mlp", 1, examples.MLP())
+	r := startRig(t, dir, models.ControlPoll, "127.0.0.1:0")
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	run := func() outcome {
+		id, err := r.c.Enqueue(ctx, "mlp", mlpInput())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return wait(ctx, r.c, id)
+	}
+	before := run()
+	writeModel(t, dir, "mlp", 1, examples.MLPVariant(3))
+	var after outcome
+	waitFor(t, 60*time.Second, "the new file's outputs", func() bool {
+		after = run()
+		return after.err != nil || after.outputs != before.outputs
+	})
+	if before.err != nil || after.err != nil || before.version != "1" || after.version != "1" {
+		t.Fatalf("before %+v, after %+v", before, after)
+	}
+
+	writeModel(t, dir, "mlp", 2, examples.MLP())
+	waitFor(t, 60*time.Second, "version 2 in the metadata", func() bool {
+		code, body := get(t, r, "/v2/models/mlp")
+		var meta struct{ Versions []string }
+		_ = json.Unmarshal([]byte(body), &meta)
+		return code == http.StatusOK && len(meta.Versions) == 1 && meta.Versions[0] == "2"
+	})
+	if code, body := get(t, r, "/v2/models/mlp/versions/2/ready"); code != http.StatusOK {
+		t.Errorf("version 2 ready: %d %s", code, body)
+	}
+}
+
+func get(t *testing.T, r *rig, path string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, "http://"+r.w.Addr().String()+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer secret")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
