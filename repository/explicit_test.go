@@ -14,6 +14,7 @@ import (
 	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/models/examples"
 	"github.com/inferq/inferq/repository"
+	"github.com/inferq/inferq/tensor"
 )
 
 // post sends a repository request with the bearer token (none when
@@ -248,4 +249,30 @@ func get(t *testing.T, r *rig, path string) (int, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
+}
+
+// Poll mode: a new version with other inputs and outputs takes over
+// through the consumer (its queue stops and starts again with the new
+// signature), and tasks for the new signature run on it.
+func TestPollNewSignature(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "mlp", repository.ConfigFile), mlpConfig)
+	writeModel(t, dir, "mlp", 1, examples.MLP())
+	r := startRig(t, dir, models.ControlPoll, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+
+	writeModel(t, dir, "mlp", 2, examples.Identity("mlp", examples.Float, []int64{3}))
+	waitFor(t, 30*time.Second, "version 2 serving", func() bool {
+		idx := r.repo.Index(false)
+		return len(idx) == 1 && idx[0].Version == "2" && idx[0].State == repository.StateReady
+	})
+	in := []tensor.Tensor{tensor.NewTensor("in", []int64{1, 3}, []float32{1, 2, 3})}
+	id, err := r.c.Enqueue(ctx, "mlp", in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := wait(ctx, r.c, id); o.err != nil || o.version != "2" {
+		t.Fatalf("task for the new signature: %+v\n%s", o, r.logs.String())
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"sync"
@@ -169,9 +170,11 @@ func (m *model) consumerModel() (consumer.Model, bool) {
 	return consumer.Model{Config: m.cfg, Info: v.inst.Info, Batcher: m.sw, Version: v.version, MaxInFlight: v.inst.MaxInFlight}, true
 }
 
-func (m *model) highest() *served {
+func (m *model) highest() *served { return highestOf(m.loaded) }
+
+func highestOf(loaded map[int64]*served) *served {
 	var h *served
-	for _, v := range m.loaded {
+	for _, v := range loaded {
 		if h == nil || v.n > h.n {
 			h = v
 		}
@@ -394,7 +397,7 @@ func (r *Repository) sync(ctx context.Context, name string, e *Entry) {
 		return
 	}
 	fresh := r.loadChanged(ctx, m, e)
-	r.install(m, e, fresh)
+	r.install(ctx, m, e, fresh)
 }
 
 // loadChanged loads the selected versions that are not loaded as they
@@ -439,9 +442,9 @@ func (r *Repository) loadVersion(ctx context.Context, m *model, e *Entry, v Vers
 		return nil, err
 	}
 	r.mu.Lock()
-	registered, info := m.registered, m.info
+	registered, info, canSwap := m.registered, m.info, r.reg != nil
 	r.mu.Unlock()
-	if registered && !sameSignature(info, inst.Info) {
+	if registered && !canSwap && !sameSignature(info, inst.Info) {
 		closeInstance(inst)
 		return nil, fmt.Errorf("its inputs or outputs differ from those of the version being served (%s); unload the model and load it again", describe(info))
 	}
@@ -453,13 +456,18 @@ func (r *Repository) loadVersion(ctx context.Context, m *model, e *Entry, v Vers
 // longer selected (only when a selected one is loaded: a failed load
 // keeps what served), switches the Switch to the highest loaded version
 // and retires the versions that left.
-func (r *Repository) install(m *model, e *Entry, fresh map[int64]*served) {
+//
+// When the new serving version has other inputs or outputs, or
+// config.yaml changed what the consumer holds (queue, retries, limits,
+// result settings), the model leaves the consumer first (its queue
+// drains on the old version; what waits stays on the broker) and comes
+// back with the new version and settings: no task admitted for one
+// signature runs on another.
+func (r *Repository) install(ctx context.Context, m *model, e *Entry, fresh map[int64]*served) {
 	r.mu.Lock()
 	before := m.loaded
 	next := map[int64]*served{}
-	selected := map[int64]bool{}
 	for _, v := range e.Selected() {
-		selected[v.N] = true
 		if s := fresh[v.N]; s != nil {
 			next[v.N] = s
 		} else if s := before[v.N]; s != nil {
@@ -469,6 +477,28 @@ func (r *Repository) install(m *model, e *Entry, fresh map[int64]*served) {
 	if len(next) == 0 {
 		next = before // nothing selected loads: keep serving what did
 	}
+	top := highestOf(next)
+	rereg := m.registered && r.reg != nil && top != nil &&
+		(!sameSignature(m.info, top.inst.Info) || !sameConsumerConfig(m.cfg, e.Model))
+	reg := r.reg
+	r.mu.Unlock()
+	if rereg {
+		r.log.Info("model repository: signature or consumer settings changed; the model's queue stops and starts again", "model", m.name)
+		if err := reg.RemoveModel(ctx, m.name); err != nil {
+			r.log.Error("model repository: stopping the model's consumer failed; the old version keeps serving", "model", m.name, "err", err)
+			r.setReason(m.name, "reload: "+err.Error())
+			for n, s := range next {
+				if before[n] != s {
+					r.retire(m.name, s)
+				}
+			}
+			return
+		}
+		r.mu.Lock()
+		m.registered = false
+		r.mu.Unlock()
+	}
+	r.mu.Lock()
 	m.loaded = next
 	if m.cfg.Name == "" || !m.registered {
 		m.cfg = e.Model
@@ -477,14 +507,13 @@ func (r *Repository) install(m *model, e *Entry, fresh map[int64]*served) {
 	for _, s := range next {
 		r.start(s)
 	}
-	top := m.highest()
 	old := m.sw.set(top)
 	add := !m.registered && top != nil && r.reg != nil
 	cm, _ := m.consumerModel()
 	if add {
 		m.registered = true
 	}
-	reg := r.reg
+	reg = r.reg
 	r.mu.Unlock()
 	if old != top && top != nil {
 		r.log.Info("model repository: serving version", "model", m.name, "version", top.version)
@@ -614,6 +643,18 @@ func (r *Repository) Index(readyOnly bool) []IndexEntry {
 		out = slices.DeleteFunc(out, func(e IndexEntry) bool { return e.State != StateReady })
 	}
 	return out
+}
+
+// sameConsumerConfig reports whether a and b agree on what the consumer
+// holds: everything but the settings of the sessions and the batcher,
+// which a new version brings with it.
+func sameConsumerConfig(a, b models.Model) bool {
+	clear := func(m models.Model) models.Model {
+		m.Path, m.Device, m.Instances, m.Concurrency, m.IntraOpThreads = "", models.Device{}, 0, 0, 0
+		m.Batching, m.CUDA = models.Batching{}, models.CUDA{}
+		return m
+	}
+	return reflect.DeepEqual(clear(a), clear(b))
 }
 
 func sameSignature(a, b tensor.ModelInfo) bool {
