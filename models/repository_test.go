@@ -9,7 +9,7 @@ import (
 func TestRepositoryConfig(t *testing.T) {
 	for _, tc := range []struct {
 		name, yaml, err string
-		check          func(t *testing.T, c *Config)
+		check           func(t *testing.T, c *Config)
 	}{
 		{name: "repository instead of models", yaml: "model_repository: /models\n",
 			check: func(t *testing.T, c *Config) {
