@@ -276,3 +276,39 @@ func TestPollNewSignature(t *testing.T) {
 		t.Fatalf("task for the new signature: %+v\n%s", o, r.logs.String())
 	}
 }
+
+// version_policy latest 2: both versions load, tasks run on the highest;
+// the highest removed, the other (loaded already) serves at once.
+func TestVersionPolicyLatest(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "mlp", repository.ConfigFile), mlpConfig+"version_policy: {latest: 2}\n")
+	writeModel(t, dir, "mlp", 1, examples.MLP())
+	writeModel(t, dir, "mlp", 2, examples.MLPVariant(1))
+	r := startRig(t, dir, models.ControlPoll, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	idx := r.repo.Index(false)
+	if len(idx) != 2 || idx[0].Version != "1" || idx[1].Version != "2" || idx[0].State != repository.StateReady || idx[1].State != repository.StateReady {
+		t.Fatalf("index %+v", idx)
+	}
+	run := func() outcome {
+		id, err := r.c.Enqueue(ctx, "mlp", mlpInput())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return wait(ctx, r.c, id)
+	}
+	if o := run(); o.err != nil || o.version != "2" {
+		t.Fatalf("task: %+v", o)
+	}
+	if err := os.RemoveAll(filepath.Join(dir, "mlp", "2")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "version 2 unloaded", func() bool {
+		idx := r.repo.Index(false)
+		return len(idx) == 1 && idx[0].Version == "1"
+	})
+	if o := run(); o.err != nil || o.version != "1" {
+		t.Fatalf("task after version 2 left: %+v", o)
+	}
+}
