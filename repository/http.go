@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-
-	"github.com/inferq/inferq/models"
 )
 
 // maxControlBody bounds a repository request's body (a few flags).
@@ -55,10 +53,6 @@ func (r *Repository) serveUnload(w http.ResponseWriter, req *http.Request) {
 }
 
 func (r *Repository) control(w http.ResponseWriter, req *http.Request, verb string, do func(ctx context.Context, name string) error) {
-	if r.cfg.Mode != models.ControlExplicit {
-		writeError(w, http.StatusServiceUnavailable, fmt.Errorf("explicit model %s is not allowed: model_control_mode is %s (explicit needed)", verb, r.cfg.Mode))
-		return
-	}
 	if err := readBody(req, &struct {
 		Parameters map[string]any `json:"parameters"`
 	}{}); err != nil {
@@ -68,8 +62,11 @@ func (r *Repository) control(w http.ResponseWriter, req *http.Request, verb stri
 	name := req.PathValue("model")
 	if err := do(req.Context(), name); err != nil {
 		code := http.StatusBadRequest
-		if errors.Is(err, ErrNotFound) {
+		switch {
+		case errors.Is(err, ErrNotFound):
 			code = http.StatusNotFound
+		case errors.Is(err, ErrNotExplicit):
+			code = http.StatusServiceUnavailable
 		}
 		writeError(w, code, fmt.Errorf("failed to %s %q: %w", verb, name, err))
 		return

@@ -302,8 +302,13 @@ func (r *Repository) Poll(ctx context.Context) {
 
 // Load loads (or reloads what changed of) the model called name from the
 // repository, and returns why when its highest selected version is not
-// serving afterwards.
+// serving afterwards. Only in explicit mode (else ErrNotExplicit); a
+// model the repository lacks is ErrNotFound. Safe to call from any front
+// end (HTTP here; gRPC's RepositoryModelLoad).
 func (r *Repository) Load(ctx context.Context, name string) error {
+	if err := r.explicit("load"); err != nil {
+		return err
+	}
 	if slices.Contains(r.cfg.Static, name) {
 		return fmt.Errorf("model %q is configured in models:, not in the repository", name)
 	}
@@ -337,8 +342,12 @@ func (r *Repository) Load(ctx context.Context, name string) error {
 
 // Unload stops serving the model called name: its queue consumer stops
 // after what it took finished (the rest stays on the broker), then its
-// versions are unloaded.
+// versions are unloaded. Only in explicit mode (else ErrNotExplicit); a
+// model not loaded is ErrNotFound.
 func (r *Repository) Unload(ctx context.Context, name string) error {
+	if err := r.explicit("unload"); err != nil {
+		return err
+	}
 	r.op.Lock()
 	defer r.op.Unlock()
 	r.mu.Lock()
@@ -359,6 +368,21 @@ func (r *Repository) Unload(ctx context.Context, name string) error {
 // ErrNotFound is Load's and Unload's error for a model the repository
 // does not have.
 var ErrNotFound = errors.New("not found")
+
+// ErrNotExplicit is Load's and Unload's error outside explicit mode
+// (Triton's rule: in poll and none mode the repository's content
+// decides).
+var ErrNotExplicit = errors.New("explicit model control is not enabled")
+
+// Mode is the model control mode.
+func (r *Repository) Mode() models.ControlMode { return r.cfg.Mode }
+
+func (r *Repository) explicit(verb string) error {
+	if r.cfg.Mode != models.ControlExplicit {
+		return fmt.Errorf("%w: model %s needs model_control_mode explicit (it is %s)", ErrNotExplicit, verb, r.cfg.Mode)
+	}
+	return nil
+}
 
 func (r *Repository) setReason(name, reason string) {
 	r.mu.Lock()
