@@ -76,7 +76,7 @@ func NewGRPCServer(c GRPCConfig, opts ...grpc.ServerOption) *grpc.Server {
 		g.token = &b
 	}
 	opts = append([]grpc.ServerOption{
-		grpc.MaxRecvMsgSize(int(c.Server.models.limits.MaxBodyBytes)),
+		grpc.MaxRecvMsgSize(int(c.Server.models.Load().limits.MaxBodyBytes)),
 		grpc.InTapHandle(g.tap),
 	}, opts...)
 	srv := grpc.NewServer(opts...)
@@ -124,12 +124,12 @@ func (g *grpcService) ServerMetadata(context.Context, *pb.ServerMetadataRequest)
 // model returns the model called name at version ("" for any), or the
 // NOT_FOUND status.
 func (g *grpcService) model(name, version string) (*Model, error) {
-	m := g.s.models.byName[name]
+	m := g.s.models.Load().byName[name]
 	if m == nil {
-		return nil, status.Error(codes.NotFound, g.s.models.unknown(name).Error())
+		return nil, status.Error(codes.NotFound, g.s.models.Load().unknown(name).Error())
 	}
-	if version != "" && version != m.Version {
-		return nil, status.Errorf(codes.NotFound, "model %q has no version %q (it serves version %q)", name, version, m.Version)
+	if version != "" && version != m.serving() {
+		return nil, status.Errorf(codes.NotFound, "model %q has no version %q (it serves version %q)", name, version, m.serving())
 	}
 	return m, nil
 }
@@ -146,7 +146,7 @@ func (g *grpcService) ModelMetadata(_ context.Context, req *pb.ModelMetadataRequ
 	if err != nil {
 		return nil, err
 	}
-	return &pb.ModelMetadataResponse{Name: m.Config.Name, Versions: []string{m.Version}, Platform: "onnxruntime_onnx",
+	return &pb.ModelMetadataResponse{Name: m.Config.Name, Versions: []string{m.serving()}, Platform: "onnxruntime_onnx",
 		Inputs: grpcTensorMetas(tensorMetas(m.Info.Inputs)), Outputs: grpcTensorMetas(tensorMetas(m.Info.Outputs))}, nil
 }
 
@@ -189,12 +189,12 @@ func (s *Server) grpcInfer(ctx context.Context, m *Model, req *pb.ModelInferRequ
 		derr = errors.New("internal error: no request read") // readGRPCInfer returns one or the other
 	}
 	a := admit(admission{from: fromHTTP, decoded: r.task, decodeErr: derr, size: int64(size), tags: s.trace.grpcTags(ctx),
-		model: m.Config.Name, received: start, traced: s.trace.tr != nil}, s.models)
+		model: m.Config.Name, received: start, traced: s.trace.tr != nil}, s.models.Load())
 	root := s.trace.httpRoot(m.Config.Name, &a, start)
 	outputs, outcome, err := s.runSync(ctx, &a, root)
 	var resp *pb.ModelInferResponse
 	if err == nil {
-		resp = &pb.ModelInferResponse{ModelName: m.Config.Name, ModelVersion: m.Version, Id: req.Id}
+		resp = &pb.ModelInferResponse{ModelName: m.Config.Name, ModelVersion: m.version(a.ranVersion), Id: req.Id}
 		if err = grpcOutputs(resp, outputs, r.raw); err != nil {
 			outcome, err = OutcomeFailure, fmt.Errorf("model %q: encoding the result: %w", m.Config.Name, err)
 		}

@@ -30,6 +30,9 @@ type HTTPConfig struct {
 	// the body included); one more is answered 503 with Retry-After at
 	// once. 0: models.DefaultHTTPMaxConcurrentRequests.
 	MaxConcurrentInfer int
+	// Routes are more handlers, by mux pattern, behind AuthToken too (the
+	// model repository extension, /v2/repository/...).
+	Routes map[string]http.Handler
 }
 
 // healthPaths are served without the bearer token: the kubelet's probes
@@ -69,8 +72,8 @@ func Handler(c HTTPConfig) http.Handler {
 			Outputs []tensorMeta `json:"outputs"`
 		}
 		var list []model
-		for _, m := range c.Server.cfg.Models {
-			list = append(list, model{Name: m.Config.Name, Version: m.Version, Queue: m.Config.Queue,
+		for _, m := range c.Server.modelList() {
+			list = append(list, model{Name: m.Config.Name, Version: m.serving(), Queue: m.Config.Queue,
 				Devices: c.Devices[m.Config.Name], Inputs: tensorMetas(m.Info.Inputs), Outputs: tensorMetas(m.Info.Outputs)})
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"models": list})
@@ -92,6 +95,9 @@ func Handler(c HTTPConfig) http.Handler {
 		w.Write(body)
 	})
 	mountOIP(mux, c)
+	for pattern, rh := range c.Routes {
+		mux.Handle(pattern, rh)
+	}
 	return h
 }
 

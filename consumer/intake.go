@@ -96,7 +96,7 @@ func (s *Server) take(ctx context.Context, d *delivery) {
 		}
 	}()
 	j.adm = admit(admission{from: fromQueue, body: d.msg.Body, tags: d.msg.Tags, deadLetter: d.msg.MaxReceiveQueue,
-		received: d.received, records: s.cfg.Store, traced: s.trace.tr != nil}, d.q.table)
+		received: d.received, records: s.cfg.Store, traced: s.trace.tr != nil}, d.q.table.Load())
 	t, m := j.adm.task, j.adm.model
 	if t != nil {
 		j.crashes = s.journal.Crashes(d.msg.ID)
@@ -231,6 +231,7 @@ func (v verdict) label() string {
 type modelTable struct {
 	where  string // "queue <name>" or "this server", for errors
 	byName map[string]*Model
+	order  []*Model    // as added
 	first  *Model      // the first configured: it answers a body too large to name one
 	limits task.Limits // the loosest of its models', for the envelope
 }
@@ -244,6 +245,7 @@ func (mt *modelTable) add(m *Model) error {
 		return fmt.Errorf("consumer: model %q configured twice", m.Config.Name)
 	}
 	mt.byName[m.Config.Name] = m
+	mt.order = append(mt.order, m)
 	if mt.first == nil {
 		mt.first = m
 	}
@@ -315,6 +317,9 @@ type admitted struct {
 	deadline time.Time // zero: none
 	priority bool      // sync requests run ahead of queued tasks
 	level    int       // the priority level (batching.Level)
+	// ranVersion (sync requests) is the model version that ran it, when
+	// the batcher said (runtime.Request.Version).
+	ranVersion string
 	// remote is the caller's span (traceparent), when traced.
 	remote trace.SpanContext
 }

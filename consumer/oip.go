@@ -101,13 +101,14 @@ func (o *oip) health(w http.ResponseWriter, r *http.Request) {
 // model returns the model the path names, or writes the 404.
 func (o *oip) model(w http.ResponseWriter, r *http.Request) *Model {
 	name := r.PathValue("model")
-	m := o.s.models.byName[name]
+	mt := o.s.models.Load()
+	m := mt.byName[name]
 	if m == nil {
-		oipError(w, http.StatusNotFound, o.s.models.unknown(name))
+		oipError(w, http.StatusNotFound, mt.unknown(name))
 		return nil
 	}
-	if v := r.PathValue("version"); v != "" && v != m.Version {
-		oipError(w, http.StatusNotFound, fmt.Errorf("model %q has no version %q (it serves version %q)", name, v, m.Version))
+	if v := r.PathValue("version"); v != "" && v != m.serving() {
+		oipError(w, http.StatusNotFound, fmt.Errorf("model %q has no version %q (it serves version %q)", name, v, m.serving()))
 		return nil
 	}
 	return m
@@ -119,7 +120,7 @@ func (o *oip) modelMetadata(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
-		"name": m.Config.Name, "versions": []string{m.Version}, "platform": "onnxruntime_onnx",
+		"name": m.Config.Name, "versions": []string{m.serving()}, "platform": "onnxruntime_onnx",
 		"inputs": tensorMetas(m.Info.Inputs), "outputs": tensorMetas(m.Info.Outputs),
 	})
 }
@@ -224,7 +225,7 @@ type oipResult struct {
 // start with header h. Safe for concurrent use.
 func (s *Server) oipInfer(ctx context.Context, m *Model, body []byte, h http.Header, start time.Time) oipResult {
 	a := admit(admission{from: fromHTTP, body: body, tags: s.trace.traceHeaders(h), headerLen: h.Get(HeaderInferenceLength),
-		model: m.Config.Name, received: start, traced: s.trace.tr != nil}, s.models)
+		model: m.Config.Name, received: start, traced: s.trace.tr != nil}, s.models.Load())
 	root := s.trace.httpRoot(m.Config.Name, &a, start)
 	res := s.oipRun(ctx, &a, root)
 	var err error
@@ -241,7 +242,7 @@ func (s *Server) oipRun(ctx context.Context, a *admitted, root context.Context) 
 		return oipResult{code: inferStatus(a, outcome, err), err: err, outcome: outcome}
 	}
 	m := a.model
-	resp := task.NewInferResponse(m.Config.Name, m.Version, outputs, a.task)
+	resp := task.NewInferResponse(m.Config.Name, m.version(a.ranVersion), outputs, a.task)
 	b := make([]byte, 0, 256)
 	if a.task.ID != "" {
 		q, _ := json.Marshal(a.task.ID)

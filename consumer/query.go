@@ -34,29 +34,25 @@ var (
 	attrMessageID   = attribute.Key("messaging.message.id")
 )
 
-// startQueries subscribes to the queries of every queue, with
-// Config.QueryGroup, until ctx ends. The returned func waits for the
-// subscriptions and their running handlers to end; a query still running
-// then gets no answer (its caller's timeout ends it).
-func (s *Server) startQueries(ctx context.Context) (wait func()) {
+// subscribeQueries subscribes to q's queries, with Config.QueryGroup,
+// until ctx ends; wg is done when the subscription and its running
+// handlers ended (a query still running then gets no answer: its caller's
+// timeout ends it).
+func (s *Server) subscribeQueries(ctx context.Context, q *queue, wg *sync.WaitGroup) {
 	qs, ok := s.cfg.Broker.(QuerySubscriber)
 	if !ok || s.cfg.NoQueries {
-		return func() {}
+		return
 	}
-	var wg sync.WaitGroup
-	for _, q := range s.queues {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			err := qs.SubscribeQueries(ctx, q.name, s.cfg.QueryGroup, func(ctx context.Context, req *mq.QueryRequest) mq.QueryResponse {
-				return s.answer(ctx, q, req)
-			})
-			if err != nil && !errors.Is(err, mq.ErrClosed) {
-				s.log.Error("query subscription ended", "queue", q.name, "err", err)
-			}
-		}()
-	}
-	return wg.Wait
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		err := qs.SubscribeQueries(ctx, q.name, s.cfg.QueryGroup, func(ctx context.Context, req *mq.QueryRequest) mq.QueryResponse {
+			return s.answer(ctx, q, req)
+		})
+		if err != nil && !errors.Is(err, mq.ErrClosed) {
+			s.log.Error("query subscription ended", "queue", q.name, "err", err)
+		}
+	}()
 }
 
 // answer runs one query through its model's batcher, ahead of queued tasks,
@@ -76,7 +72,7 @@ func (s *Server) answer(ctx context.Context, q *queue, req *mq.QueryRequest) mq.
 // query answers req; model is the model's name ("" when unknown) and
 // outcome the metrics label.
 func (s *Server) query(ctx context.Context, q *queue, req *mq.QueryRequest) (resp task.QueryResponse, model, outcome string) {
-	a := admit(admission{from: fromQuery, body: req.Body, tags: req.Tags, received: req.Received, traced: s.trace.tr != nil}, q.table)
+	a := admit(admission{from: fromQuery, body: req.Body, tags: req.Tags, received: req.Received, traced: s.trace.tr != nil}, q.table.Load())
 	var root context.Context
 	if a.task != nil {
 		root = s.trace.queryRoot(q.name, req, &a)
@@ -87,7 +83,7 @@ func (s *Server) query(ctx context.Context, q *queue, req *mq.QueryRequest) (res
 	outputs, outcome, err := s.runSync(ctx, &a, root)
 	if err == nil {
 		var result, bin []byte
-		result, bin, err = task.NewInferResponse(model, a.model.Version, outputs, a.task).Encode()
+		result, bin, err = task.NewInferResponse(model, a.model.version(a.ranVersion), outputs, a.task).Encode()
 		if err == nil {
 			endRoot(root, outcome, nil)
 			return task.QueryResponse{Status: task.StatusSuccess, Result: result, Binary: bin}, model, outcome
@@ -160,7 +156,9 @@ func (s *Server) runSync(ctx context.Context, a *admitted, root context.Context)
 		}
 		endSpan(j.stage, r.Err)
 	} else {
-		r = j.wait(ctx, qctx)
+		if r = j.wait(ctx, qctx); r.Err == nil {
+			a.ranVersion = j.req.Version
+		}
 	}
 	if r.Err != nil {
 		outcome, err := syncError(a.model.Config.Name, r.Err)

@@ -59,6 +59,16 @@ type Model struct {
 	MaxInFlight int
 }
 
+// version is the model_version of a result: ran, the version the batcher
+// says ran it (runtime.Request.Version, set by a model repository's
+// batcher), else m.Version.
+func (m *Model) version(ran string) string {
+	if ran != "" {
+		return ran
+	}
+	return m.Version
+}
+
 // Config configures a Server.
 type Config struct {
 	Broker Broker
@@ -174,13 +184,28 @@ func (c *Config) Validate() error {
 // queue is one consumed queue and the models routed from it by task_name.
 type queue struct {
 	name   string
-	table  *modelTable
+	table  atomic.Pointer[modelTable] // replaced whole when models come and go
 	poller *mq.Poller
 	// undecided counts its messages handed to intake and not yet
 	// admitted; room is told when they are, or when a pending request of
 	// its models starts or leaves (see waitQueueRoom).
 	undecided atomic.Int64
 	room      chan struct{}
+	stop      context.CancelFunc // ends its poller and query subscription (dynamic.go)
+}
+
+// newQueue returns the queue called name, routing to no model yet.
+func newQueue(name string) *queue {
+	q := &queue{name: name, room: make(chan struct{}, 1)}
+	q.table.Store(newModelTable("queue " + name))
+	return q
+}
+
+// policy is m's queue policy (batching.max_queue_size,
+// default_queue_timeout) on q.
+func (s *Server) policy(m *Model, q *queue) *queuePolicy {
+	return &queuePolicy{model: m.Config.Name, max: int64(m.Config.Batching.MaxQueueSize),
+		timeout: m.Config.Batching.DefaultQueueTimeout.D(), gauge: s.met.Pending.WithLabelValues(m.Config.Name), q: q}
 }
 
 // decided counts a message of q out of intake.
@@ -208,8 +233,9 @@ type Server struct {
 	pub     *publisher
 	alert   *alerter
 	trace   tracing
-	queues  []*queue
-	models  *modelTable // every model, for HTTP
+	queues  []*queue                   // guarded by dyn.mu once Run runs
+	models  atomic.Pointer[modelTable] // every model, for HTTP
+	dyn     dynamic                    // models added and removed while running
 
 	intake chan *delivery
 	write  chan *job
@@ -240,7 +266,8 @@ func New(cfg Config) (*Server, error) {
 	s.pub = newPublisher(cfg.Broker, cfg.ProgressBuffer, s.met.ProgressDrops.Inc, s.log)
 	s.alert = newAlerter(s.pub, cfg.AlertWebhook, cfg.AlertWebhookTimeout, s.met.AlertDrops.Inc, s.log)
 	s.trace = newTracing(cfg.TracerProvider)
-	s.models = newModelTable("this server")
+	all := newModelTable("this server")
+	s.models.Store(all)
 	byQueue := map[string]*queue{}
 	maxInFlight := 256
 	for i := range cfg.Models {
@@ -251,17 +278,16 @@ func New(cfg Config) (*Server, error) {
 		m.met = s.met.forModel(m.Config.Name)
 		q := byQueue[m.Config.Queue]
 		if q == nil {
-			q = &queue{name: m.Config.Queue, table: newModelTable("queue " + m.Config.Queue), room: make(chan struct{}, 1)}
+			q = newQueue(m.Config.Queue)
 			byQueue[q.name] = q
 			s.queues = append(s.queues, q)
 		}
-		m.pol = &queuePolicy{model: m.Config.Name, max: int64(m.Config.Batching.MaxQueueSize),
-			timeout: m.Config.Batching.DefaultQueueTimeout.D(), gauge: s.met.Pending.WithLabelValues(m.Config.Name), q: q}
-		if err := q.table.add(m); err != nil {
+		m.pol = s.policy(m, q)
+		if err := q.table.Load().add(m); err != nil {
 			return nil, err
 		}
-		if s.models.byName[m.Config.Name] == nil {
-			_ = s.models.add(m) // HTTP names a model; the first of a name serves it
+		if all.byName[m.Config.Name] == nil {
+			_ = all.add(m) // HTTP names a model; the first of a name serves it
 		}
 		if m.MaxInFlight > 0 {
 			maxInFlight = max(maxInFlight, m.MaxInFlight)
@@ -275,25 +301,32 @@ func New(cfg Config) (*Server, error) {
 	s.intake = make(chan *delivery, s.cfg.MaxInFlight)
 	s.write = make(chan *job, s.cfg.MaxInFlight)
 	for _, q := range s.queues {
-		q := q
-		p, err := cfg.Broker.NewPoller(mq.PollerConfig{
-			Channel:      q.name,
-			Deliver:      func(ctx context.Context, batch []*mq.Message) (int, error) { return s.deliverWhenRoom(ctx, q, batch) },
-			MaxItems:     s.cfg.PollMaxItems,
-			MaxInFlight:  s.cfg.MaxInFlight,
-			DrainTimeout: s.cfg.DrainTimeout,
-			OnState:      func(up bool, err error) { s.brokerState(q.name, up, err) },
-			OnSettleError: func(err error) {
-				s.met.SettleErrors.Inc()
-				s.log.Warn("settle failed", "queue", q.name, "err", err)
-			},
-		})
-		if err != nil {
-			return nil, fmt.Errorf("consumer: poller for %s: %w", q.name, err)
+		if err := s.newPoller(q); err != nil {
+			return nil, err
 		}
-		q.poller = p
 	}
 	return s, nil
+}
+
+// newPoller builds q's poller.
+func (s *Server) newPoller(q *queue) error {
+	p, err := s.cfg.Broker.NewPoller(mq.PollerConfig{
+		Channel:      q.name,
+		Deliver:      func(ctx context.Context, batch []*mq.Message) (int, error) { return s.deliverWhenRoom(ctx, q, batch) },
+		MaxItems:     s.cfg.PollMaxItems,
+		MaxInFlight:  s.cfg.MaxInFlight,
+		DrainTimeout: s.cfg.DrainTimeout,
+		OnState:      func(up bool, err error) { s.brokerState(q.name, up, err) },
+		OnSettleError: func(err error) {
+			s.met.SettleErrors.Inc()
+			s.log.Warn("settle failed", "queue", q.name, "err", err)
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("consumer: poller for %s: %w", q.name, err)
+	}
+	q.poller = p
+	return nil
 }
 
 // Ready reports whether the server takes tasks: the broker answers every
@@ -306,7 +339,7 @@ func (s *Server) Ready() bool {
 // BrokerAnswers reports whether every queue's poller hears from the
 // broker.
 func (s *Server) BrokerAnswers() bool {
-	for _, q := range s.queues {
+	for _, q := range s.queueList() {
 		if !q.poller.Up() {
 			return false
 		}
@@ -353,8 +386,9 @@ func (s *Server) waitStoreRoom(ctx context.Context, q *queue) error {
 
 // PollerStats reports each queue's poller counters, by queue.
 func (s *Server) PollerStats() map[string]mq.PollerStats {
-	out := make(map[string]mq.PollerStats, len(s.queues))
-	for _, q := range s.queues {
+	qs := s.queueList()
+	out := make(map[string]mq.PollerStats, len(qs))
+	for _, q := range qs {
 		out[q.name] = q.poller.Stats()
 	}
 	return out
@@ -393,50 +427,34 @@ func (s *Server) Run(ctx context.Context) error {
 		writeWG.Add(1)
 		go func() { defer writeWG.Done(); s.writeLoop(work) }()
 	}
-	var pollers sync.WaitGroup
-	errs := make(chan error, len(s.queues))
-	for _, q := range s.queues {
-		pollers.Add(1)
-		go func() {
-			defer pollers.Done()
-			if err := q.poller.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
-				errs <- fmt.Errorf("consumer: poller %s: %w", q.name, err)
-			}
-		}()
-	}
-	waitQueries := s.startQueries(ctx)
-	s.log.Info("consuming", "queues", len(s.queues), "models", len(s.cfg.Models))
+	s.startQueues(ctx)
+	s.log.Info("consuming", "queues", len(s.queueList()), "models", len(s.modelList()))
 	<-ctx.Done()
 	s.log.Info("stopping: no new tasks; finishing what was taken", "inflight", s.inflight.Load(), "grace", s.cfg.DrainTimeout)
 	// Pollers return once everything they delivered is settled, or after
 	// DrainTimeout with the rest given back to the queue.
-	pollers.Wait()
-	waitQueries()
+	errs := s.waitQueues()
 	stopWork()
 	intakeWG.Wait()
 	writeWG.Wait()
 	s.alert.wait()
 	stages.Wait()
-	close(errs)
-	var all []error
-	for err := range errs {
-		all = append(all, err)
-	}
-	return errors.Join(all...)
+	return errs
 }
 
 // sampleDepth keeps inferq_queue_depth current for every served queue
 // until ctx ends (one QueuesInfo call for all of them: ~10 ms on a broker
 // with thousands of channels).
 func (s *Server) sampleDepth(ctx context.Context) {
-	names := make([]string, len(s.queues))
-	for i, q := range s.queues {
-		names[i] = q.name
-	}
-	filter := mq.InfoFilter(names...)
 	t := time.NewTicker(s.cfg.DepthEvery)
 	defer t.Stop()
 	for {
+		qs := s.queueList() // models come and go (dynamic.go)
+		names := make([]string, len(qs))
+		for i, q := range qs {
+			names[i] = q.name
+		}
+		filter := mq.InfoFilter(names...)
 		qctx, cancel := context.WithTimeout(ctx, s.cfg.DepthEvery)
 		info, err := s.cfg.Broker.QueuesInfo(qctx, filter)
 		cancel()

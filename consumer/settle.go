@@ -369,7 +369,7 @@ func (s *Server) deadLetter(ctx context.Context, j *job, o settlement) {
 // queue's unprocessable queue, then acks it; one that cannot be forwarded
 // is ended by unsent.
 func (s *Server) forward(ctx context.Context, j *job, o settlement) {
-	dest := j.q.table.first.Config.UnprocessableQueue
+	dest := j.q.table.Load().first.Config.UnprocessableQueue
 	s.met.Unprocessable.Inc()
 	if o.label != OutcomeUnprocessable {
 		s.met.Tasks.WithLabelValues("", OutcomeUnprocessable).Inc()
@@ -518,7 +518,7 @@ func (s *Server) record(j *job, o settlement) *task.Record {
 	}
 	if o.status == task.StatusSuccess {
 		m := j.adm.model
-		resp := task.NewInferResponse(m.Config.Name, m.Version, j.req.Result.Outputs, t)
+		resp := task.NewInferResponse(m.Config.Name, m.version(j.req.Version), j.req.Result.Outputs, t)
 		result, bin, err := resp.Encode()
 		if err != nil {
 			rec.Status, rec.Error = task.StatusFailure, "encoding the result: "+err.Error()

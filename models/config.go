@@ -84,6 +84,9 @@ type Config struct {
 	DataDir string  `yaml:"data_dir"`
 	Results Results `yaml:"results"`
 	Models  []Model `yaml:"models"`
+
+	// Model repository (see Repository in repository.go).
+	Repository `yaml:",inline"`
 }
 
 // Results configures the result store every model shares.
@@ -521,6 +524,7 @@ func (c *Config) SetDefaults() {
 	c.HTTP.SetDefaults()
 	c.GRPC.SetDefaults()
 	c.Results.SetDefaults()
+	c.Repository.SetDefaults()
 	if c.DataDir == "" && c.Results.Spool == SpoolDisk {
 		c.DataDir = DefaultDataDir
 	}

@@ -51,9 +51,10 @@ func (c *Config) Validate() error {
 			top(b.field, "must be positive (0: the default), got %d", b.v)
 		}
 	}
-	if len(c.Models) == 0 {
-		top("models", "no model is configured")
+	if len(c.Models) == 0 && c.ModelRepository == "" {
+		top("models", "no model is configured (and no model_repository)")
 	}
+	c.Repository.validate(top)
 	seen := map[string]int{}
 	for i := range c.Models {
 		m := &c.Models[i]

@@ -211,6 +211,11 @@ type Request struct {
 	// before the run started, context.Cause of it when it has one;
 	// ErrClosed if the batcher was closed without ever running it).
 	Result ItemResult
+	// Version, when set, is the model version that took the request: a
+	// model repository's batcher (one that switches between versions)
+	// sets it before the request reaches a version's batcher, and the
+	// result reports it as model_version.
+	Version string
 	// Enqueued is set by Enqueue to the time it accepted the request;
 	// MaxQueueDelay and the observer's queue wait count from it.
 	Enqueued time.Time

@@ -79,6 +79,14 @@ type Config struct {
 	// returns results.ErrNotFlushed). 0: DefaultSpoolFlushTimeout;
 	// negative: no wait.
 	SpoolFlushTimeout time.Duration
+
+	// Background runs beside the batchers, with the same life: from Run's
+	// start until the consumer has drained (a model repository's batchers
+	// and poll loop).
+	Background []func(context.Context) error
+	// Routes are more HTTP handlers, by mux pattern, behind the same
+	// bearer token (the model repository extension).
+	Routes map[string]http.Handler
 }
 
 // Worker is one assembled inferq worker. Build it with New and call Run
@@ -300,7 +308,7 @@ func (w *Worker) listen(context.Context) error {
 	w.lis = lis
 	w.hs = &http.Server{
 		Handler: consumer.Handler(consumer.HTTPConfig{Server: w.srv, Gatherer: w.cfg.Registry, Devices: w.cfg.Devices,
-			AuthToken: token, MaxConcurrentInfer: h.MaxConcurrentRequests}),
+			AuthToken: token, MaxConcurrentInfer: h.MaxConcurrentRequests, Routes: w.cfg.Routes}),
 		// A client that declares a body and trickles it holds a
 		// connection and an infer slot until ReadTimeout, no longer.
 		ReadHeaderTimeout: h.ReadHeaderTimeout.D(),
@@ -336,6 +344,10 @@ func (w *Worker) Ready() bool { return w.srv.Ready() }
 // Inflight is the number of tasks taken and not yet settled.
 func (w *Worker) Inflight() int64 { return w.srv.Inflight() }
 
+// Server is the worker's consumer (a model repository adds and removes
+// models through it).
+func (w *Worker) Server() *consumer.Server { return w.srv }
+
 // Addr is the HTTP listener's address, nil without one.
 func (w *Worker) Addr() net.Addr {
 	if w.lis == nil {
@@ -366,6 +378,9 @@ func (w *Worker) Run(ctx context.Context) error {
 func (w *Worker) startBackground(ctx context.Context, bg *errgroup.Group) {
 	for _, b := range w.cfg.Batchers {
 		bg.Go(func() error { return b.Run(ctx) })
+	}
+	for _, f := range w.cfg.Background {
+		bg.Go(func() error { return f(ctx) })
 	}
 	bg.Go(func() error { return w.store.Run(ctx) })
 	if w.hs != nil {

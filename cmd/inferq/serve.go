@@ -38,7 +38,13 @@ flags. --print-config shows the result (secrets masked).
 
 HTTP (default 127.0.0.1:8080): /healthz, /readyz (models warm and broker
 reachable), /metrics, /v1/models, /v1/tasks/{id}, and the Open Inference
-Protocol: /v2, /v2/health/{live,ready}, /v2/models/{m}[/ready|/infer].
+Protocol: /v2, /v2/health/{live,ready}, /v2/models/{m}[/ready|/infer]; with
+model_repository, Triton's repository extension: POST /v2/repository/index,
+/v2/repository/models/{m}/load and /unload (model_control_mode explicit).
+
+model_repository: DIR serves DIR/<model>/<version>/model.onnx (settings in
+DIR/<model>/config.yaml) beside models:; model_control_mode poll reloads
+what changes there every repository_poll, without a restart.
 
 Each queue also answers sync inference queries (KubeMQ queries on the queue's
 channel, group --query-group). Tracing: OpenTelemetry spans are exported over
@@ -157,9 +163,13 @@ func serve(ctx context.Context, a *app, log *slog.Logger, c *models.Config, f se
 		return err
 	}
 	defer stopGPUMetrics()
-	loaded, err := worker.LoadModels(ctx, env, c.Models, placements, worker.LoadOptions{
-		Warm: !f.noWarmup, Wrap: faultHook(a.getenv), Observer: met.BatchObserver, Logger: log})
+	lo := worker.LoadOptions{Warm: !f.noWarmup, Wrap: faultHook(a.getenv), Observer: met.BatchObserver, Logger: log}
+	loaded, err := worker.LoadModels(ctx, env, c.Models, placements, lo)
 	defer loaded.Close() // on error too: it holds the sessions opened before the failure
+	if err != nil {
+		return err
+	}
+	repo, err := openRepository(ctx, log, c, env, lo)
 	if err != nil {
 		return err
 	}
@@ -172,9 +182,15 @@ func serve(ctx context.Context, a *app, log *slog.Logger, c *models.Config, f se
 		return err
 	}
 	defer stopTracing()
-	w, err := worker.New(ctx, f.workerConfig(c, loaded, reg, met, tp, log))
+	w, err := worker.New(ctx, withRepository(f.workerConfig(c, loaded, reg, met, tp, log), repo))
 	if err != nil {
+		if repo != nil {
+			repo.Close()
+		}
 		return err
+	}
+	if repo != nil {
+		repo.Attach(w.Server())
 	}
 	return w.Run(ctx)
 }

@@ -43,6 +43,9 @@ const seed = 0x696e6665727100 // "inferq\x00"
 const (
 	streamMLP uint64 = iota + 1
 	streamResNet
+	// streamMLPVariant is the base of MLPVariant's streams, far from the
+	// streams above.
+	streamMLPVariant uint64 = 1 << 32
 )
 
 func newRand(stream uint64) *rand.Rand {
@@ -58,8 +61,9 @@ type mlpWeights struct {
 // newMLPWeights draws the mlp parameters, uniform in ±1/sqrt(fan_in) for the
 // weights and ±0.5 for the biases, so that some hidden units are cut by Relu
 // and the softmax is neither flat nor one-hot.
-func newMLPWeights() mlpWeights {
-	r := newRand(streamMLP)
+func newMLPWeights() mlpWeights { return newMLPWeightsFrom(newRand(streamMLP)) }
+
+func newMLPWeightsFrom(r *rand.Rand) mlpWeights {
 	uniform := func(n int, limit float64) []float32 {
 		v := make([]float32, n)
 		for i := range v {
@@ -78,8 +82,20 @@ func newMLPWeights() mlpWeights {
 // MLP returns the "mlp" model: input "x" FLOAT [N,16] -> Gemm(16x32) -> Relu ->
 // Gemm(32x4) -> Softmax(axis=-1) -> output "probs" FLOAT [N,4]. Each row of
 // probs sums to 1.
-func MLP() []byte {
-	w := newMLPWeights()
+func MLP() []byte { return mlp(newMLPWeights()) }
+
+// MLPVariant returns an "mlp" model with the same signature as MLP but
+// other weights, drawn from variant's own stream: variant 0 is MLP itself,
+// every other variant gives other outputs for the same input (the model
+// repository's reload tests serve two versions of mlp with it).
+func MLPVariant(variant uint64) []byte {
+	if variant == 0 {
+		return MLP()
+	}
+	return mlp(newMLPWeightsFrom(rand.New(rand.NewPCG(seed, streamMLPVariant+variant))))
+}
+
+func mlp(w mlpWeights) []byte {
 	g := &graph{name: MLPName}
 	g.inputs = []*valueInfo{{name: "x", dtype: Float, shape: batched(MLPInputs)}}
 	g.outputs = []*valueInfo{{name: "probs", dtype: Float, shape: batched(MLPClasses)}}

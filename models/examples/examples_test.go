@@ -407,3 +407,18 @@ func TestAttributeKinds(t *testing.T) {
 		t.Errorf("cs1 = %q, %v; want [héllo]", cs, err)
 	}
 }
+
+// MLPVariant 0 is MLP; another variant has MLP's size (same signature)
+// but other bytes (other weights), and is deterministic.
+func TestMLPVariant(t *testing.T) {
+	if !bytes.Equal(MLPVariant(0), MLP()) {
+		t.Error("variant 0 differs from MLP")
+	}
+	v1 := MLPVariant(1)
+	if len(v1) != len(MLP()) || bytes.Equal(v1, MLP()) {
+		t.Errorf("variant 1: %d bytes, MLP %d; equal %v", len(v1), len(MLP()), bytes.Equal(v1, MLP()))
+	}
+	if !bytes.Equal(v1, MLPVariant(1)) {
+		t.Error("variant 1 is not deterministic")
+	}
+}
