@@ -75,6 +75,10 @@ type Config struct {
 	// returns results.ErrNotFlushed). 0: DefaultSpoolFlushTimeout;
 	// negative: no wait.
 	SpoolFlushTimeout time.Duration
+	// LocalCrashCounts keeps crash counts to this process's journal: no
+	// crash reports are shared with the queue's other replicas
+	// (consumer.Config.CrashEvents stays nil).
+	LocalCrashCounts bool
 }
 
 // Worker is one assembled inferq worker. Build it with New and call Run
@@ -251,6 +255,9 @@ func (w *Worker) openJournal(context.Context) error {
 func (w *Worker) newConsumer(context.Context) error {
 	cc := w.cfg.Consumer
 	cc.Broker, cc.Store, cc.Models, cc.Journal = w.conn, w.store, w.cfg.Models, w.journal
+	if cc.CrashEvents == nil && !w.cfg.LocalCrashCounts {
+		cc.CrashEvents = w.conn // the fleet's crash budget (consumer.fleetCrashes)
+	}
 	cc.StoreFull = w.store.Full // a full spool stops intake and readiness
 	cc.Logger = w.log.With("component", "consumer")
 	if cc.Metrics == nil {

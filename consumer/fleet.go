@@ -1,0 +1,201 @@
+package consumer
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/inferq/inferq/mq"
+)
+
+// CrashEvents is the Events Store that carries the fleet's crash reports.
+// *mq.Conn satisfies it (each of its store subscriptions gets a client id
+// of its own, unique per process: KUBEMQ.md trap 15).
+type CrashEvents interface {
+	SendEventStore(ctx context.Context, channel string, body []byte, tags map[string]string) error
+	SubscribeEventsStore(ctx context.Context, channel, group string, startSeq uint64) (<-chan mq.Event, error)
+}
+
+// DefaultCrashHold is Config.CrashHold's default.
+const DefaultCrashHold = 10 * time.Second
+
+// fleetCrashes shares crash counts between the replicas of a queue
+// (DESIGN.md 4.5). A process that starts with crash counts in its journal
+// publishes them, cumulative per journal, on each served queue's
+// CrashChannel; every process reads those channels from the first event
+// the broker keeps and sums the counts per message over journals
+// (crashTable). A message with a count runs alone, and goes to the dead
+// letter queue once the count reaches max_retries + 1.
+//
+// A dead process's crash is known only once it restarts and reports, and
+// the broker gives its message back at once, so a message with a count
+// is held for CrashHold before it runs again: the replica that ran it last
+// (and died) has that long to restart and report. Without the hold two
+// replicas could each rerun a message while the other's crash is still
+// unreported.
+//
+// Normal tasks cost nothing: reports are published at start only, and a
+// lookup is a map read. When the events store is away the local journal
+// still counts this process's crashes (logged once; tasks never wait for
+// it).
+type fleetCrashes struct {
+	ev          CrashEvents
+	journal     *Journal
+	table       *crashTable
+	hold        time.Duration
+	channels    []string
+	reporter    string
+	incarnation string
+	log         *slog.Logger
+	now         func() time.Time
+
+	degraded atomic.Bool // a publish failed: logged once until one succeeds
+	refused  atomic.Bool // a malformed report was refused: logged once
+}
+
+// newFleetCrashes returns the fleet crash counter for queues, or nil when
+// cfg has no CrashEvents or no queue has a valid crash channel.
+func newFleetCrashes(cfg Config, journal *Journal, queues []string, log *slog.Logger) *fleetCrashes {
+	if cfg.CrashEvents == nil {
+		return nil
+	}
+	f := &fleetCrashes{ev: cfg.CrashEvents, journal: journal, table: newCrashTable(cfg.CrashWindow, cfg.CrashTableMax),
+		hold: cfg.CrashHold, reporter: cfg.Worker, incarnation: newJournalID(), log: log.With("component", "fleet-crashes"), now: cfg.Now}
+	if f.hold == 0 {
+		f.hold = DefaultCrashHold
+	}
+	for _, q := range queues {
+		ch, err := CrashChannel(q)
+		if err != nil {
+			f.log.Warn("queue's crash count is not shared with the fleet (this process's journal still counts its own crashes)", "queue", q, "err", err)
+			continue
+		}
+		f.channels = append(f.channels, ch)
+	}
+	if len(f.channels) == 0 {
+		return nil
+	}
+	return f
+}
+
+// crashes is msgID's crash count across the fleet, local being this
+// process's journal's. A nil f (no fleet) returns local.
+func (f *fleetCrashes) crashes(msgID string, local int) int {
+	if f == nil {
+		return local
+	}
+	return f.table.crashes(journalToken(msgID), f.journal.ID(), local, f.now())
+}
+
+// holdFor is how long a message with crashes waits before it runs again:
+// 0 without a fleet (this process's journal is the whole story).
+func (f *fleetCrashes) holdFor() time.Duration {
+	if f == nil || f.hold < 0 {
+		return 0
+	}
+	return f.hold
+}
+
+// run subscribes to every crash channel and publishes the journal's
+// recovered counts on each, until ctx ends; wg tracks its goroutines.
+func (f *fleetCrashes) run(ctx context.Context, wg *sync.WaitGroup) {
+	if f == nil {
+		return
+	}
+	reports := crashReports(f.journal.ID(), f.incarnation, f.reporter, f.journal.Recovered())
+	for _, ch := range f.channels {
+		// From sequence 1: the broker clamps it to the first event it
+		// keeps (its retention), so every report still kept is read;
+		// those older than the window are ignored (crashTable.add).
+		events, err := f.ev.SubscribeEventsStore(ctx, ch, "", 1)
+		if err != nil {
+			f.log.Error("crash reports of the fleet not read: this process counts only its own crashes", "channel", ch, "err", err)
+		} else {
+			wg.Add(1)
+			go func() { defer wg.Done(); f.read(ch, events) }()
+		}
+		if len(reports) > 0 {
+			wg.Add(1)
+			go func() { defer wg.Done(); f.publish(ctx, ch, reports) }()
+		}
+	}
+	wg.Add(1)
+	go func() { defer wg.Done(); f.expire(ctx) }()
+}
+
+// read applies the reports of one channel until it closes.
+func (f *fleetCrashes) read(ch string, events <-chan mq.Event) {
+	self := f.journal.ID()
+	for ev := range events {
+		r, err := DecodeCrashReport(ev.Body)
+		if err != nil {
+			if !f.refused.Swap(true) {
+				f.log.Warn("malformed crash report refused (logged once)", "channel", ch, "seq", ev.Sequence, "err", err)
+			}
+			continue
+		}
+		at := ev.Timestamp
+		if at.IsZero() {
+			at = f.now()
+		}
+		if grew := f.table.add(r, at, f.now()); grew > 0 && r.Journal != self {
+			f.log.Info("crash report from the fleet", "channel", ch, "reporter", r.Reporter, "journal", r.Journal,
+				"incarnation", r.Incarnation, "messages", len(r.Crashes), "grew", grew)
+		}
+	}
+}
+
+// publish sends reports on ch, retrying with backoff until each is stored
+// or ctx ends. Reports are idempotent: a resend after a lost confirmation
+// counts once.
+func (f *fleetCrashes) publish(ctx context.Context, ch string, reports []CrashReport) {
+	for _, r := range reports {
+		body, err := r.Encode()
+		if err != nil {
+			f.log.Error("crash report not encoded", "err", err)
+			continue
+		}
+		wait := 500 * time.Millisecond
+		for {
+			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err = f.ev.SendEventStore(sctx, ch, body, nil)
+			cancel()
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			if !f.degraded.Swap(true) {
+				f.log.Warn("crash report not published yet (events store away?); this process's journal still counts its crashes; retrying",
+					"channel", ch, "err", err)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+			wait = min(2*wait, 30*time.Second)
+		}
+		if f.degraded.Swap(false) {
+			f.log.Info("crash report published after retries", "channel", ch)
+		}
+		f.log.Info("crash report published", "channel", ch, "messages", len(r.Crashes), "journal", r.Journal)
+	}
+}
+
+// expire drops expired counts every minute until ctx ends.
+func (f *fleetCrashes) expire(ctx context.Context) {
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			f.table.expire(f.now())
+		}
+	}
+}
