@@ -72,7 +72,7 @@ func CrashChannel(queue string) (string, error) {
 
 // crashReports splits counts into reports of at most
 // crashReportMaxEntries each, all from journal and incarnation. No counts:
-// no report.
+// one report without counts (a heartbeat: the journal is there).
 func crashReports(journal, incarnation, reporter string, counts map[string]int) []CrashReport {
 	var out []CrashReport
 	cur := CrashReport{V: crashReportVersion, Journal: journal, Incarnation: incarnation, Reporter: clipReporter(reporter)}
@@ -86,7 +86,7 @@ func crashReports(journal, incarnation, reporter string, counts map[string]int) 
 			cur.Crashes = nil
 		}
 	}
-	if len(cur.Crashes) > 0 {
+	if len(cur.Crashes) > 0 || len(out) == 0 {
 		out = append(out, cur)
 	}
 	return out

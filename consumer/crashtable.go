@@ -27,6 +27,9 @@ type crashTable struct {
 	maxEntries  int
 	maxJournals int
 	byToken     map[string]*crashEntry
+	// journals are the journals heard from (any report, counts or
+	// none) and when last, at most maxPeers.
+	journals map[string]time.Time
 }
 
 type crashEntry struct {
@@ -38,6 +41,7 @@ const (
 	defaultCrashWindow      = time.Hour
 	defaultCrashTableMax    = 10_000
 	defaultCrashJournalsMax = 64
+	maxPeers                = 1024
 )
 
 func newCrashTable(window time.Duration, maxEntries int) *crashTable {
@@ -47,7 +51,8 @@ func newCrashTable(window time.Duration, maxEntries int) *crashTable {
 	if maxEntries <= 0 {
 		maxEntries = defaultCrashTableMax
 	}
-	return &crashTable{window: window, maxEntries: maxEntries, maxJournals: defaultCrashJournalsMax, byToken: map[string]*crashEntry{}}
+	return &crashTable{window: window, maxEntries: maxEntries, maxJournals: defaultCrashJournalsMax, byToken: map[string]*crashEntry{},
+		journals: map[string]time.Time{}}
 }
 
 // add applies a report published at time at (its event's timestamp) and
@@ -59,6 +64,7 @@ func (t *crashTable) add(r CrashReport, at, now time.Time) int {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.sawLocked(r.Journal, at, now)
 	grew := 0
 	for _, c := range r.Crashes {
 		e := t.byToken[c.Token]
@@ -80,6 +86,36 @@ func (t *crashTable) add(r CrashReport, at, now time.Time) int {
 	}
 	t.trimLocked(now)
 	return grew
+}
+
+// sawLocked records that journal reported at time at.
+func (t *crashTable) sawLocked(journal string, at, now time.Time) {
+	if _, ok := t.journals[journal]; !ok && len(t.journals) >= maxPeers {
+		for j, last := range t.journals {
+			if now.Sub(last) > t.window {
+				delete(t.journals, j)
+			}
+		}
+		if len(t.journals) >= maxPeers {
+			return
+		}
+	}
+	if at.After(t.journals[journal]) {
+		t.journals[journal] = at
+	}
+}
+
+// peers reports whether a journal other than self reported within the
+// window: whether this process has company on the queue.
+func (t *crashTable) peers(self string, now time.Time) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for j, last := range t.journals {
+		if j != self && now.Sub(last) <= t.window {
+			return true
+		}
+	}
+	return false
 }
 
 // crashes is a message's count for the journal self: the other journals'
@@ -115,6 +151,11 @@ func (t *crashTable) expireLocked(now time.Time) {
 	for tok, e := range t.byToken {
 		if now.Sub(e.last) > t.window {
 			delete(t.byToken, tok)
+		}
+	}
+	for j, last := range t.journals {
+		if now.Sub(last) > t.window {
+			delete(t.journals, j)
 		}
 	}
 }

@@ -24,7 +24,8 @@ const DefaultCrashHold = 10 * time.Second
 // fleetCrashes shares crash counts between the replicas of a queue
 // (DESIGN.md 4.5). A process that starts with crash counts in its journal
 // publishes them, cumulative per journal, on each served queue's
-// CrashChannel; every process reads those channels from the first event
+// CrashChannel (a process without counts publishes a report without any,
+// and every process does again each quarter window: a heartbeat); every process reads those channels from the first event
 // the broker keeps and sums the counts per message over journals
 // (crashTable). A message with a count runs alone, and goes to the dead
 // letter queue once the count reaches max_retries + 1.
@@ -34,7 +35,8 @@ const DefaultCrashHold = 10 * time.Second
 // is held for CrashHold before it runs again: the replica that ran it last
 // (and died) has that long to restart and report. Without the hold two
 // replicas could each rerun a message while the other's crash is still
-// unreported.
+// unreported. A process that has heard from no other journal within the
+// window does not hold (alone, its journal knows every crash).
 //
 // Normal tasks cost nothing: reports are published at start only, and a
 // lookup is a map read. When the events store is away the local journal
@@ -90,9 +92,10 @@ func (f *fleetCrashes) crashes(msgID string, local int) int {
 }
 
 // holdFor is how long a message with crashes waits before it runs again:
-// 0 without a fleet (this process's journal is the whole story).
+// 0 without a fleet, or while no other journal reported within the window
+// (a replica alone: its journal is the whole story).
 func (f *fleetCrashes) holdFor() time.Duration {
-	if f == nil || f.hold < 0 {
+	if f == nil || f.hold < 0 || !f.table.peers(f.journal.ID(), f.now()) {
 		return 0
 	}
 	return f.hold
@@ -105,6 +108,7 @@ func (f *fleetCrashes) run(ctx context.Context, wg *sync.WaitGroup) {
 		return
 	}
 	reports := crashReports(f.journal.ID(), f.incarnation, f.reporter, f.journal.Recovered())
+	heartbeat := crashReports(f.journal.ID(), f.incarnation, f.reporter, nil)
 	for _, ch := range f.channels {
 		// From sequence 1: the broker clamps it to the first event it
 		// keeps (its retention), so every report still kept is read;
@@ -116,13 +120,27 @@ func (f *fleetCrashes) run(ctx context.Context, wg *sync.WaitGroup) {
 			wg.Add(1)
 			go func() { defer wg.Done(); f.read(ch, events) }()
 		}
-		if len(reports) > 0 {
-			wg.Add(1)
-			go func() { defer wg.Done(); f.publish(ctx, ch, reports) }()
-		}
+		wg.Add(1)
+		go func() { defer wg.Done(); f.publish(ctx, ch, reports); f.beat(ctx, ch, heartbeat) }()
 	}
 	wg.Add(1)
 	go func() { defer wg.Done(); f.expire(ctx) }()
+}
+
+// beat publishes a report without counts every quarter window until ctx
+// ends, so that the other replicas know this one is there (holdFor) for
+// as long as it runs.
+func (f *fleetCrashes) beat(ctx context.Context, ch string, heartbeat []CrashReport) {
+	t := time.NewTicker(f.table.window / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			f.publish(ctx, ch, heartbeat)
+		}
+	}
 }
 
 // read applies the reports of one channel until it closes.
@@ -182,7 +200,9 @@ func (f *fleetCrashes) publish(ctx context.Context, ch string, reports []CrashRe
 		if f.degraded.Swap(false) {
 			f.log.Info("crash report published after retries", "channel", ch)
 		}
-		f.log.Info("crash report published", "channel", ch, "messages", len(r.Crashes), "journal", r.Journal)
+		if len(r.Crashes) > 0 {
+			f.log.Info("crash report published", "channel", ch, "messages", len(r.Crashes), "journal", r.Journal)
+		}
 	}
 }
 
