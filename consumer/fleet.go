@@ -53,6 +53,9 @@ type fleetCrashes struct {
 	log         *slog.Logger
 	now         func() time.Time
 
+	// caughtUp: this process read back its own first report, so it has
+	// read every report published before it started (holdFor).
+	caughtUp atomic.Bool
 	degraded atomic.Bool // a publish failed: logged once until one succeeds
 	refused  atomic.Bool // a malformed report was refused: logged once
 }
@@ -92,10 +95,12 @@ func (f *fleetCrashes) crashes(msgID string, local int) int {
 }
 
 // holdFor is how long a message with crashes waits before it runs again:
-// 0 without a fleet, or while no other journal reported within the window
-// (a replica alone: its journal is the whole story).
+// 0 without a fleet, or once this process has read the channel up to its
+// own first report and no other journal reported within the window (a
+// replica alone: its journal is the whole story). Until it has read that
+// far (the events store may be away) it cannot know, and holds.
 func (f *fleetCrashes) holdFor() time.Duration {
-	if f == nil || f.hold < 0 || !f.table.peers(f.journal.ID(), f.now()) {
+	if f == nil || f.hold < 0 || f.caughtUp.Load() && !f.table.peers(f.journal.ID(), f.now()) {
 		return 0
 	}
 	return f.hold
@@ -158,7 +163,11 @@ func (f *fleetCrashes) read(ch string, events <-chan mq.Event) {
 		if at.IsZero() {
 			at = f.now()
 		}
-		if grew := f.table.add(r, at, f.now()); grew > 0 && r.Journal != self {
+		grew := f.table.add(r, at, f.now())
+		if r.Incarnation == f.incarnation {
+			f.caughtUp.Store(true)
+		}
+		if grew > 0 && r.Journal != self {
 			f.log.Info("crash report from the fleet", "channel", ch, "reporter", r.Reporter, "journal", r.Journal,
 				"incarnation", r.Incarnation, "messages", len(r.Crashes), "grew", grew)
 		}

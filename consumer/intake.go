@@ -38,6 +38,9 @@ import (
 func (s *Server) deliver(ctx context.Context, q *queue, batch []*mq.Message) (int, error) {
 	now := s.cfg.Now()
 	returned := q.returnedTo(batch)
+	if n := count(returned); n > 0 {
+		s.log.Info("messages another consumer gave back run alone", "queue", q.name, "messages", n, "batch", len(batch))
+	}
 	for i, m := range batch {
 		s.inflight.Add(1)
 		select {
@@ -71,6 +74,16 @@ func (q *queue) returnedTo(batch []*mq.Message) []bool {
 	for cur := before; top > cur && !q.seen.CompareAndSwap(cur, top); cur = q.seen.Load() {
 	}
 	return out
+}
+
+func count(bs []bool) int {
+	n := 0
+	for _, b := range bs {
+		if b {
+			n++
+		}
+	}
+	return n
 }
 
 func (s *Server) intakeLoop(ctx context.Context) {
@@ -136,6 +149,8 @@ func (s *Server) take(ctx context.Context, d *delivery) {
 		return
 	}
 	if j.crashes > 0 && s.fleet.holdFor() > 0 {
+		s.log.Info("task that crashed a worker held before it runs again", "task_id", t.ID, "msg", j.msg,
+			"crashes", j.crashes, "hold", s.fleet.holdFor())
 		s.holds.Add(1)
 		go s.holdThenRun(ctx, j)
 		return
