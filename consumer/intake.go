@@ -36,6 +36,10 @@ import (
 // are intake's to settle. When ctx ends first, the poller gives back the
 // rest.
 func (s *Server) deliver(ctx context.Context, q *queue, batch []*mq.Message) (int, error) {
+	returned := q.returnedTo(batch)
+	if n := count(returned); n > 0 {
+		s.log.Info("messages another consumer gave back run alone", "queue", q.name, "messages", n, "batch", len(batch))
+	}
 	for i, m := range batch {
 		if err := s.waitQueueRoom(ctx, q); err != nil {
 			return i, err
@@ -43,7 +47,7 @@ func (s *Server) deliver(ctx context.Context, q *queue, batch []*mq.Message) (in
 		s.inflight.Add(1)
 		q.undecided.Add(1)
 		select {
-		case s.intake <- &delivery{q: q, msg: m, received: s.cfg.Now()}:
+		case s.intake <- &delivery{q: q, msg: m, received: s.cfg.Now(), returned: returned[i]}:
 		case <-ctx.Done():
 			s.inflight.Add(-1)
 			q.decided()
@@ -51,6 +55,39 @@ func (s *Server) deliver(ctx context.Context, q *queue, batch []*mq.Message) (in
 		}
 	}
 	return len(batch), nil
+}
+
+// returnedTo tells which messages of a batch came back from another
+// consumer, and records the batch's sequences. A queue delivers in
+// sequence order, so a first delivery (ReceiveCount 1) with a sequence
+// below one this process already received was held by another consumer
+// that let it go: most often one that died running it, before the fleet
+// heard of the crash (its report comes when it restarts). Such a message
+// runs alone, so that a task that kills its workers does not take its
+// batch mates with it on every replica in turn; it costs nothing more and
+// counts no crash. With one poller per queue (today), batches come in
+// order and a normal message is never taken for a returned one.
+func (q *queue) returnedTo(batch []*mq.Message) []bool {
+	before := q.seen.Load()
+	out := make([]bool, len(batch))
+	top := before
+	for i, m := range batch {
+		out[i] = m.Sequence > 0 && m.Sequence < before && m.ReceiveCount <= 1
+		top = max(top, m.Sequence)
+	}
+	for cur := before; top > cur && !q.seen.CompareAndSwap(cur, top); cur = q.seen.Load() {
+	}
+	return out
+}
+
+func count(bs []bool) int {
+	n := 0
+	for _, b := range bs {
+		if b {
+			n++
+		}
+	}
+	return n
 }
 
 func (s *Server) intakeLoop(ctx context.Context) {
@@ -80,7 +117,7 @@ func (s *Server) intakeLoop(ctx context.Context) {
 // take admits one message and sends it on: to its model's batcher, or
 // straight to a writer when it must not run.
 func (s *Server) take(ctx context.Context, d *delivery) {
-	j := &job{s: s, q: d.q, msg: d.msg, received: d.received}
+	j := &job{s: s, q: d.q, msg: d.msg, received: d.received, returned: d.returned}
 	var counted *Model // whose inflight gauge this job holds
 	// Admitted (a pending request counted, or settled without a run):
 	// out of the queue's undecided count.
@@ -99,8 +136,7 @@ func (s *Server) take(ctx context.Context, d *delivery) {
 		received: d.received, records: s.cfg.Store, traced: s.trace.tr != nil}, d.q.table.Load())
 	t, m := j.adm.task, j.adm.model
 	if t != nil {
-		j.crashes = s.journal.Crashes(d.msg.ID)
-		j.attempt = attempt(t, d.msg, j.crashes)
+		s.countCrashes(j)
 	}
 	if m == nil {
 		s.write <- j
@@ -116,22 +152,84 @@ func (s *Server) take(ctx context.Context, d *delivery) {
 		s.write <- j
 		return
 	}
-	if limit := maxAttempts(m, d.msg); j.attempt > limit && (j.crashes > 0 || s.storedStatus(t.ID) == task.StatusFailure) {
-		// Its attempts are spent: every one left ended with the process,
-		// or its last failed (the FAILURE is stored) and the move to the
-		// dead letter queue did not complete. It must not run again.
-		j.spent = true
+	if s.spent(j) {
 		s.write <- j
 		return
 	}
-	s.pub.progress(d.q.name, t.ID, PctReceived, "received")
+	if j.crashes > 0 && s.fleet.holdFor() > 0 {
+		s.log.Info("task that crashed a worker held before it runs again", "task_id", t.ID, "msg", j.msg,
+			"crashes", j.crashes, "hold", s.fleet.holdFor())
+		s.holds.Add(1)
+		go s.holdThenRun(ctx, j)
+		return
+	}
+	s.run(ctx, j)
+}
+
+// countCrashes sets j's crash count (this process's journal's, or the
+// fleet's) and its attempt number.
+func (s *Server) countCrashes(j *job) {
+	j.crashes = s.fleet.crashes(j.msg.ID, s.journal.Crashes(j.msg.ID))
+	j.attempt = attempt(j.adm.task, j.msg, j.crashes)
+}
+
+// spent reports, and marks, a job whose attempts are spent: every one
+// left ended with a process, or its last failed (the FAILURE is stored)
+// and the move to the dead letter queue did not complete. It must not run
+// again.
+func (s *Server) spent(j *job) bool {
+	limit := maxAttempts(j.adm.model, j.msg)
+	j.spent = j.attempt > limit && (j.crashes > 0 || s.storedStatus(j.adm.task.ID) == task.StatusFailure)
+	return j.spent
+}
+
+// holdThenRun runs a job with crashes after the crash hold
+// (Config.CrashHold), counting its crashes again first: the replica that
+// died running it last has had the hold to restart and report. A stop
+// (Run's ctx) during the hold gives the message back uncounted.
+func (s *Server) holdThenRun(ctx context.Context, j *job) {
+	defer s.holds.Done()
+	t := time.NewTimer(s.fleet.holdFor())
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-s.stopping:
+		s.giveBack(ctx, j)
+		return
+	case <-ctx.Done():
+		s.giveBack(ctx, j)
+		return
+	}
+	s.countCrashes(j)
+	if s.spent(j) {
+		s.write <- j
+		return
+	}
+	s.run(ctx, j)
+}
+
+// giveBack settles a job that never ran: back to the queue uncounted.
+func (s *Server) giveBack(ctx context.Context, j *job) {
+	j.req.Result.Err = context.Canceled
+	select {
+	case s.write <- j:
+	case <-ctx.Done():
+		s.settle(ctx, j) // the writers are stopping
+	}
+}
+
+// run sends an admitted job to its model's batcher.
+func (s *Server) run(ctx context.Context, j *job) {
+	t, m := j.adm.task, j.adm.model
+	s.pub.progress(j.q.name, t.ID, PctReceived, "received")
 	j.enqueued = s.cfg.Now()
 	j.stage = s.trace.stage(j.root, nil, SpanBatch)
 	j.req = runtime.Request{
 		Item: runtime.Item{Inputs: j.adm.inputs, Outputs: j.adm.outputs},
 		// A task that was in flight when a process died runs alone, so
-		// the tasks that shared its batch do not share its fate.
-		Alone: j.crashes > 0,
+		// the tasks that shared its batch do not share its fate; so does
+		// one another consumer gave back (returnedTo), which may be that.
+		Alone: j.crashes > 0 || j.returned,
 		Level: j.adm.level,
 		Owner: j,
 	}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"cmp"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -48,6 +49,7 @@ type Journal struct {
 	open    map[string]int     // token -> starts in this process not yet done
 	crashes map[string]carried // token -> crashes recorded by earlier processes
 	gen     uint64             // rewrites of the file so far: the age of a carried count
+	id      string             // this journal's id (journalIDLen hex digits): names its crash reports
 	size    int64              // bytes in the file
 	base    int64              // bytes in the file after its last rewrite
 }
@@ -63,6 +65,7 @@ type carried struct {
 // token (journalToken):
 //
 //	# inferq attempt journal 2 <generation>
+//	J <id>                             the journal's id (written by rewrites)
 //	C <token> <crashes> <generation>   a carried count (written by rewrites)
 //	S <token>                          a run starts
 //	D <token>                          a run ended
@@ -96,7 +99,31 @@ const (
 	journalMaxCarried = 10_000
 	// journalMaxCount bounds a count read from the file.
 	journalMaxCount = 1 << 30
+	// journalIDLen is the length of a journal's id: 128 random bits in
+	// hex.
+	journalIDLen = 32
 )
+
+// newJournalID returns a fresh random journal id.
+func newJournalID() string {
+	var b [journalIDLen / 2]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// isJournalID reports whether s is a journal id: journalIDLen lowercase
+// hex digits.
+func isJournalID(s string) bool {
+	if len(s) != journalIDLen {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
 
 // journalHeader is the file's first line for generation gen.
 func journalHeader(gen uint64) string {
@@ -170,6 +197,7 @@ func NewJournal(cfg JournalConfig) (*Journal, error) {
 	}
 	j := &Journal{log: cfg.Logger, open: map[string]int{}, crashes: map[string]carried{}}
 	if cfg.Dir == "" {
+		j.id = newJournalID()
 		return j, nil
 	}
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
@@ -178,6 +206,9 @@ func NewJournal(cfg JournalConfig) (*Journal, error) {
 	j.path = filepath.Join(cfg.Dir, journalFile)
 	if err := j.load(); err != nil {
 		return nil, err
+	}
+	if j.id == "" {
+		j.id = newJournalID()
 	}
 	if err := j.rewrite(); err != nil {
 		return nil, err
@@ -261,6 +292,13 @@ func (j *Journal) loadLine(line string, gen uint64, started map[string]int) bool
 	if len(line) < 3 || line[1] != ' ' {
 		return false
 	}
+	if line[0] == 'J' {
+		if !isJournalID(line[2:]) {
+			return false
+		}
+		j.id = line[2:]
+		return true
+	}
 	tok, rest, ok := parseToken(line[2:])
 	if !ok {
 		return false
@@ -320,6 +358,7 @@ func (j *Journal) rewrite() error {
 	j.trimCarried()
 	var b bytes.Buffer
 	b.WriteString(journalHeader(j.gen))
+	fmt.Fprintf(&b, "J %s\n", j.id)
 	for tok, c := range j.crashes {
 		fmt.Fprintf(&b, "C %s %d %d\n", tok, c.n, c.gen)
 	}
@@ -398,6 +437,26 @@ func syncDir(dir string) error {
 		return err
 	}
 	return errors.Join(d.Sync(), d.Close())
+}
+
+// ID is the journal's id: random, kept in the file, so it lives as long
+// as the crash counts it names. A process on a fresh data dir gets a new
+// one. Crash reports (FleetCrashes) are keyed by it: one journal's counts
+// are cumulative, so the fleet keeps the largest it saw per journal and
+// message, and a new journal's counts add to an old one's.
+func (j *Journal) ID() string { return j.id }
+
+// Recovered returns the crash counts the journal carried at open, by
+// token (journalToken of the message id): what earlier processes on this
+// journal died running, and the next crash report says.
+func (j *Journal) Recovered() map[string]int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	out := make(map[string]int, len(j.crashes))
+	for tok, c := range j.crashes {
+		out[tok] = c.n
+	}
+	return out
 }
 
 // Crashes reports how many earlier attempts of message id ended with the

@@ -76,8 +76,23 @@ type Config struct {
 	Models []Model
 	// Journal counts crash attempts; nil keeps a memory-only one.
 	Journal *Journal
-	Metrics *Metrics
-	Logger  *slog.Logger
+	// CrashEvents, when set, shares crash counts with the other
+	// replicas of each queue (fleetCrashes): crash reports on the Events
+	// Store channel <queue>.crashes. nil: this process's journal alone
+	// counts.
+	CrashEvents CrashEvents
+	// CrashHold is how long a message with fleet crash reports waits
+	// before it runs again, so that the replica that died running it last
+	// has time to restart and report (default DefaultCrashHold; negative:
+	// no wait). Only with CrashEvents.
+	CrashHold time.Duration
+	// CrashWindow is how long a crash report counts after it was
+	// published: at most the broker's events store retention (default 1
+	// h). CrashTableMax caps the messages with counts (default 10000).
+	CrashWindow   time.Duration
+	CrashTableMax int
+	Metrics       *Metrics
+	Logger        *slog.Logger
 	// Worker names this process in result records (host name by default
 	// in cmd).
 	Worker string
@@ -192,6 +207,9 @@ type queue struct {
 	undecided atomic.Int64
 	room      chan struct{}
 	stop      context.CancelFunc // ends its poller and query subscription (dynamic.go)
+	// seen is the highest broker sequence delivered on the queue so far
+	// (returnedTo).
+	seen atomic.Uint64
 }
 
 // newQueue returns the queue called name, routing to no model yet.
@@ -230,6 +248,7 @@ type Server struct {
 	met     *Metrics
 	sender  resender
 	journal *Journal
+	fleet   *fleetCrashes // nil: crash counts are not shared
 	pub     *publisher
 	alert   *alerter
 	trace   tracing
@@ -240,6 +259,9 @@ type Server struct {
 	intake chan *delivery
 	write  chan *job
 
+	holds    sync.WaitGroup // crash holds (holdThenRun) in progress
+	stopping chan struct{}  // closed when Run's ctx ends
+
 	inflight atomic.Int64
 }
 
@@ -248,6 +270,7 @@ type delivery struct {
 	q        *queue
 	msg      *mq.Message
 	received time.Time
+	returned bool // given back by another consumer (returnedTo): runs alone
 }
 
 // New checks cfg and builds the per-queue routing.
@@ -298,6 +321,12 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxInFlight <= 0 {
 		s.cfg.MaxInFlight = maxInFlight
 	}
+	names := make([]string, len(s.queues))
+	for i, q := range s.queues {
+		names[i] = q.name
+	}
+	s.fleet = newFleetCrashes(s.cfg, s.journal, names, s.log)
+	s.stopping = make(chan struct{})
 	s.intake = make(chan *delivery, s.cfg.MaxInFlight)
 	s.write = make(chan *job, s.cfg.MaxInFlight)
 	for _, q := range s.queues {
@@ -418,6 +447,8 @@ func (s *Server) Run(ctx context.Context) error {
 	stages.Add(2)
 	go func() { defer stages.Done(); s.pub.run(work) }()
 	go func() { defer stages.Done(); s.sampleDepth(ctx) }()
+	var fleet sync.WaitGroup
+	s.fleet.run(work, &fleet)
 	var intakeWG, writeWG sync.WaitGroup
 	for range s.cfg.IntakeWorkers {
 		intakeWG.Add(1)
@@ -430,13 +461,16 @@ func (s *Server) Run(ctx context.Context) error {
 	s.startQueues(ctx)
 	s.log.Info("consuming", "queues", len(s.queueList()), "models", len(s.modelList()))
 	<-ctx.Done()
+	close(s.stopping)
 	s.log.Info("stopping: no new tasks; finishing what was taken", "inflight", s.inflight.Load(), "grace", s.cfg.DrainTimeout)
 	// Pollers return once everything they delivered is settled, or after
 	// DrainTimeout with the rest given back to the queue.
 	errs := s.waitQueues()
+	s.holds.Wait()
 	stopWork()
 	intakeWG.Wait()
 	writeWG.Wait()
+	fleet.Wait()
 	s.alert.wait()
 	stages.Wait()
 	return errs

@@ -37,6 +37,9 @@ type job struct {
 	attempt int
 	crashes int  // attempts that ended with a crash of the process
 	spent   bool // its attempts are spent (crashes, or a stored FAILURE): it must not run
+	// returned: another consumer gave it back (queue.returnedTo); it
+	// runs alone.
+	returned bool
 
 	req     runtime.Request // the run; req.Result once finished
 	started bool            // its run started (RunStarting)

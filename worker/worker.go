@@ -87,6 +87,10 @@ type Config struct {
 	// Routes are more HTTP handlers, by mux pattern, behind the same
 	// bearer token (the model repository extension).
 	Routes map[string]http.Handler
+	// LocalCrashCounts keeps crash counts to this process's journal: no
+	// crash reports are shared with the queue's other replicas
+	// (consumer.Config.CrashEvents stays nil).
+	LocalCrashCounts bool
 }
 
 // Worker is one assembled inferq worker. Build it with New and call Run
@@ -265,6 +269,9 @@ func (w *Worker) openJournal(context.Context) error {
 func (w *Worker) newConsumer(context.Context) error {
 	cc := w.cfg.Consumer
 	cc.Broker, cc.Store, cc.Models, cc.Journal = w.conn, w.store, w.cfg.Models, w.journal
+	if cc.CrashEvents == nil && !w.cfg.LocalCrashCounts {
+		cc.CrashEvents = w.conn // the fleet's crash budget (consumer.fleetCrashes)
+	}
 	cc.StoreFull = w.store.Full // a full spool stops intake and readiness
 	cc.Logger = w.log.With("component", "consumer")
 	if cc.Metrics == nil {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/inferq/inferq/broker"
 	"github.com/inferq/inferq/broker/brokertest"
@@ -30,7 +31,8 @@ type binaryRig struct {
 	lib     string
 	queue   string
 	reply   string
-	srv     *brokertest.Server
+	addr    string             // the broker's address
+	srv     *brokertest.Server // the embedded broker; nil with KUBEMQ_ADDRESS
 	prod    *mq.Conn
 
 	mu      sync.Mutex
@@ -39,7 +41,10 @@ type binaryRig struct {
 }
 
 // newBinaryRig builds inferq (with build tags) and writes a config whose
-// mlp model has the given YAML lines (batching, retries...) added.
+// mlp model has the given YAML lines (batching, retries...) added. With
+// KUBEMQ_ADDRESS (and KUBEMQ_AUTH_TOKEN) set, the rig and the binary (which
+// reads the same variables) use that broker, on channels named for this
+// run; else an embedded broker.
 func newBinaryRig(t *testing.T, name string, tags []string, modelYAML string) *binaryRig {
 	t.Helper()
 	if testing.Short() {
@@ -58,7 +63,15 @@ func newBinaryRig(t *testing.T, name string, tags []string, modelYAML string) *b
 	if _, err := examples.Write(r.dir, false); err != nil {
 		t.Fatal(err)
 	}
-	r.srv = brokertest.NewServer(t, broker.Options{})
+	token := ""
+	if r.addr = os.Getenv("KUBEMQ_ADDRESS"); r.addr != "" {
+		token = os.Getenv("KUBEMQ_AUTH_TOKEN")
+		run := fmt.Sprintf("%s-%d", name, time.Now().UnixNano()%1e9)
+		r.queue, r.reply = run+".mlp", run+".replies"
+	} else {
+		r.srv = brokertest.NewServer(t, broker.Options{})
+		r.addr = r.srv.Addr
+	}
 	cfg := fmt.Sprintf(`broker: {address: %q, client_id: %s-test}
 http: {listen: "127.0.0.1:0"}
 grpc: {listen: ""}
@@ -68,7 +81,7 @@ models:
     path: %q
     queue: %s
     device: cpu
-%s`, r.srv.Addr, name, filepath.Join(r.dir, "data"), filepath.Join(r.dir, "mlp.onnx"), r.queue, modelYAML)
+%s`, r.addr, name, filepath.Join(r.dir, "data"), filepath.Join(r.dir, "mlp.onnx"), r.queue, modelYAML)
 	r.cfgPath = filepath.Join(r.dir, "config.yaml")
 	if err := os.WriteFile(r.cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
@@ -76,7 +89,7 @@ models:
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	var err error
-	if r.prod, err = mq.Dial(ctx, mq.Config{Address: r.srv.Addr, ClientID: name + "-producer"}); err != nil {
+	if r.prod, err = mq.Dial(ctx, mq.Config{Address: r.addr, AuthToken: token, ClientID: name + "-producer"}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.prod.Close() })
@@ -132,6 +145,18 @@ func (r *binaryRig) serve(env ...string) (cmd *exec.Cmd, logs *strings.Builder, 
 	done = make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	return cmd, logs, done
+}
+
+// peek returns up to 10 messages waiting on channel, on either broker.
+func (r *binaryRig) peek(channel string) []*mq.Message {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	msgs, err := r.prod.Peek(ctx, channel, 10, time.Second)
+	if err != nil {
+		r.t.Fatalf("peek %s: %v", channel, err)
+	}
+	return msgs
 }
 
 // count is the number of tasks with a record.

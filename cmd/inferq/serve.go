@@ -75,6 +75,9 @@ type serveFlags struct {
 	resultWriters int
 	pollMaxItems  int
 	queryGroup    string
+	localCrashes  bool
+	crashHold     time.Duration
+	crashWindow   time.Duration
 }
 
 func runServe(ctx context.Context, a *app, args []string) error {
@@ -93,6 +96,9 @@ func runServe(ctx context.Context, a *app, args []string) error {
 	fs.IntVar(&f.resultWriters, "result-writers", 128, "goroutines storing results and settling messages")
 	fs.IntVar(&f.pollMaxItems, "poll-max-items", 128, "largest stream poll per queue")
 	fs.StringVar(&f.queryGroup, "query-group", consumer.DefaultQueryGroup, "KubeMQ group of the sync query subscriptions: servers in one group share a queue's queries")
+	fs.BoolVar(&f.localCrashes, "local-crash-counts", false, "count crashes with this process's journal only: no crash reports on the events store channel <queue>.crashes, so each replica spends max_retries+1 crashes of its own")
+	fs.DurationVar(&f.crashHold, "crash-hold", consumer.DefaultCrashHold, "how long a task that crashed a replica of the fleet waits before it runs again, so that the replica that died has time to restart and report its crash (0: no wait); set it above a replica's restart time")
+	fs.DurationVar(&f.crashWindow, "crash-window", time.Hour, "how long a fleet crash report counts; at most the broker's events store retention")
 	f.log.register(fs)
 	if err := parse(fs, args); err != nil {
 		return err
@@ -235,10 +241,20 @@ func (f serveFlags) workerConfig(c *models.Config, loaded worker.Loaded, reg *pr
 		Results: c.Results,
 		Consumer: consumer.Config{Metrics: met, Worker: host, AlertWebhook: f.alertWebhook, AdvertiseURL: c.HTTP.AdvertiseURL,
 			IntakeWorkers: intake, Writers: f.resultWriters, PollMaxItems: f.pollMaxItems, DrainTimeout: f.shutdownGrace,
-			QueryGroup: f.queryGroup, TracerProvider: tp},
-		Registry: reg, HTTP: c.HTTP, GRPC: c.GRPC, Devices: loaded.Devices(), Logger: log,
+			QueryGroup: f.queryGroup, TracerProvider: tp, CrashHold: crashHold(f.crashHold), CrashWindow: f.crashWindow},
+		LocalCrashCounts: f.localCrashes,
+		Registry:         reg, HTTP: c.HTTP, GRPC: c.GRPC, Devices: loaded.Devices(), Logger: log,
 		SpoolFlushTimeout: spoolFlushTimeout(f.flushTimeout),
 	}
+}
+
+// crashHold is consumer.Config.CrashHold for the flag: its 0 (no wait) is
+// the consumer's negative.
+func crashHold(d time.Duration) time.Duration {
+	if d <= 0 {
+		return -1
+	}
+	return d
 }
 
 // spoolFlushTimeout is worker.Config.SpoolFlushTimeout for the flag: its

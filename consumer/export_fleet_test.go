@@ -1,0 +1,4 @@
+package consumer
+
+// JournalToken is how crash reports name a message id.
+var JournalToken = journalToken
