@@ -309,7 +309,9 @@ func TestPollerBackpressure(t *testing.T) {
 		held []*Message
 	)
 	p := runPoller(t, c, PollerConfig{
-		Channel: ch, MaxItems: 4, MaxInFlight: 5,
+		// MaxItems over what is sent: a light queue, whose batches may
+		// overlap up to MaxInFlight (see Poller).
+		Channel: ch, MaxItems: 32, MaxInFlight: 5,
 		Deliver: func(ctx context.Context, batch []*Message) (int, error) {
 			mu.Lock()
 			held = append(held, batch...)

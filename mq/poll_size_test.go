@@ -41,7 +41,7 @@ func TestPollerDeliversLargeMessages(t *testing.T) {
 				return len(batch), nil
 			}})
 			seen := map[byte]int{}
-			deadline := time.After(30 * time.Second)
+			deadline := time.After(90 * time.Second) // 120 MiB under -race on a loaded 2-core machine takes ~30 s
 			for len(seen) < n {
 				select {
 				case m := <-got:
@@ -53,7 +53,7 @@ func TestPollerDeliversLargeMessages(t *testing.T) {
 						t.Errorf("message %c came back: receive count %d", m.Body[0], m.ReceiveCount)
 					}
 				case <-deadline:
-					t.Fatalf("after 30 s, delivered %v of %d large messages", seen, n)
+					t.Fatalf("after 90 s, delivered %v of %d large messages", seen, n)
 				}
 			}
 		})

@@ -125,28 +125,27 @@ type PollerStats struct {
 // MaxItems, with AutoAck off. The messages of one poll are settled on the
 // broker together (see Message).
 //
-// Its batches overlap only while that strands nothing for long. On KubeMQ
-// each open poll transaction is a member of the queue's NATS Streaming
-// queue group, and the settlements that complete one make room in it that
-// the broker fills with the next messages of the queue, seen by no poll
-// (trap 13); closing it moves them to another open member, where they wait
-// for that one to close. Batches that keep overlapping pass them on from
-// member to member for as long as the load lasts: measured on KubeMQ
+// Its batches overlap only while the queue is light. On KubeMQ each open
+// poll transaction is a member of the queue's NATS Streaming queue group,
+// and the settlements that complete one make room in it that the broker
+// fills with the next messages of the queue, seen by no poll (trap 13);
+// closing it moves them to another open member, where they wait for that
+// one to close. Batches that keep overlapping on a busy queue pass them on
+// from member to member for as long as the load lasts: measured on KubeMQ
 // v2.4.0, a 110k-task flood with up to four batches of one poller open at
 // once left 1,900 tasks unsettled after 10 minutes and delivered others up
-// to 10 times (786 ran twice). So once a batch of the Poller completes
-// while another of its batches is open (it may have stranded messages
-// there), the Poller polls again only when none is open: the closing batches
-// give what they stranded back to the queue, and the next poll and count
-// see it. A batch completing alone strands nothing for long (with no other
-// member open, what it stranded goes back at once), and while no batch has
-// completed the open ones hold nothing stranded: new polls may overlap
-// them, so a long task does not hold up the next ones. Several replicas on
-// one queue still overlap each other's batches (trap 12): RecycleEvery
-// bounds that, and issue 12's fleet bench measures it. A batch with a
-// message given back (GiveBack) stays open on the broker until its client
-// closes, so the Poller changes clients, and waits for the close, before
-// its next poll.
+// to 10 times (786 ran twice). So while more is known to be waiting than
+// one poll takes, the Poller holds one batch at a time: what the closing
+// batch stranded goes back to the queue (no other member is open) and to
+// the next poll. When a poll takes all that is known to be waiting (a
+// light queue), it may overlap the open batches, so that a long task does
+// not hold up the next ones, until one of them completes while another is
+// open (it may have stranded messages there): then the Poller polls again
+// only when none is open. Several replicas on one queue still overlap
+// each other's batches (trap 12): RecycleEvery bounds that, and issue 12's
+// fleet bench measures it. A batch with a message given back (GiveBack)
+// stays open on the broker until its client closes, so the Poller changes
+// clients, and waits for the close, before its next poll.
 // It recycles its stream client every RecycleAfter polls, retries with
 // backoff while the broker is away and reports up/down through OnState.
 //
@@ -317,7 +316,7 @@ func (l *loop) prepareNext() {
 // step is one turn of the loop: wait for the last batch to be settled,
 // watch the queue while nothing is known to be waiting, then poll what is.
 func (l *loop) step() {
-	if !l.p.mayPoll() {
+	if !l.p.mayPoll(l.known) {
 		l.waitRoom()
 		return
 	}
@@ -325,6 +324,9 @@ func (l *loop) step() {
 		l.retireIdleClient()
 		if !l.watch() {
 			return
+		}
+		if !l.p.mayPoll(l.known) {
+			return // a batch completed during the watch: the next step waits
 		}
 	}
 	l.retireLeftOpen()
@@ -338,12 +340,14 @@ func (l *loop) step() {
 	l.pollOnce(ask)
 }
 
-// mayPoll reports whether the Poller may poll now: under MaxInFlight, and
-// with no batch open when one completed while another was (see Poller).
-func (p *Poller) mayPoll() bool {
+// mayPoll reports whether the Poller may poll (or watch) now, with known
+// messages waiting: under MaxInFlight, and either with no batch open, or
+// for a poll that takes all that is known to be waiting while no batch has
+// completed beside another (see Poller).
+func (p *Poller) mayPoll(known int) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.inflight < p.cfg.MaxInFlight && (p.held == 0 || !p.overlapped)
+	return p.inflight < p.cfg.MaxInFlight && (p.held == 0 || !p.overlapped && known <= p.cfg.MaxItems)
 }
 
 // waitRoom waits for a settlement (backpressure: no poll while MaxInFlight

@@ -9,12 +9,12 @@ import (
 	"time"
 )
 
-// TestPollerNoPollWhileOverlappingBatchesClose: batches may overlap while
-// none completes, but once one completes while others are open (it may
-// have stranded messages in them, see Poller) the Poller polls again only
-// when none is open. Before, it polled as soon as MaxInFlight had room,
-// and overlapping batches passed stranded messages on for as long as the
-// load lasted.
+// TestPollerNoPollWhileOverlappingBatchesClose: on a light queue batches
+// may overlap while none completes, but once one completes while others
+// are open (it may have stranded messages in them, see Poller) the Poller
+// polls again only when none is open. Before, it polled as soon as
+// MaxInFlight had room, and overlapping batches passed stranded messages
+// on for as long as the load lasted.
 func TestPollerNoPollWhileOverlappingBatchesClose(t *testing.T) {
 	tg := targets(t, fastBroker())[0]
 	c := dial(t, tg)
@@ -39,7 +39,7 @@ func TestPollerNoPollWhileOverlappingBatchesClose(t *testing.T) {
 		}
 	}
 	runPoller(t, c, PollerConfig{
-		Channel: ch, MaxItems: 4, MaxInFlight: 16,
+		Channel: ch, MaxItems: 16, MaxInFlight: 64,
 		Deliver: func(ctx context.Context, batch []*Message) (int, error) {
 			mu.Lock()
 			batches = append(batches, batch)
@@ -55,12 +55,15 @@ func TestPollerNoPollWhileOverlappingBatchesClose(t *testing.T) {
 	if len(held) < 2 {
 		t.Fatalf("%d batches; the test needs overlapping ones", len(held))
 	}
+	ack(held[0]) // completes while the later batches are open
 	sendN(t, c.Sender(), ch, 8)
-	for i, b := range held[:len(held)-1] {
-		ack(b) // completes while the later batches are open
-		time.Sleep(100 * time.Millisecond)
+	for i, b := range held[1:] {
+		time.Sleep(150 * time.Millisecond)
 		if n := delivered(); n != 16 {
-			t.Fatalf("%d more delivered after batch %d of %d completed with later ones open; want none until all are settled", n-16, i+1, len(held))
+			t.Fatalf("%d more delivered after batch 1 of %d completed with later ones open and %d of them settled; want none until all are", n-16, len(held), i)
+		}
+		if i < len(held)-2 {
+			ack(b)
 		}
 	}
 	ack(held[len(held)-1])
@@ -134,5 +137,45 @@ func TestPollerGiveBackClosesItsBatchFirst(t *testing.T) {
 	}
 	if p.Stats().Recycles < 1 {
 		t.Errorf("recycles %d; want the client changed after the GiveBack", p.Stats().Recycles)
+	}
+}
+
+// TestPollerOneBatchAtATimeOnABusyQueue: while more is known to be waiting
+// than one poll takes, the Poller holds one batch at a time: no poll until
+// the open batch is settled, however much room MaxInFlight leaves. Before,
+// it kept up to MaxInFlight in overlapping batches.
+func TestPollerOneBatchAtATimeOnABusyQueue(t *testing.T) {
+	tg := targets(t, fastBroker())[0]
+	c := dial(t, tg)
+	ch := chanName(t)
+	sendN(t, c.Sender(), ch, 40)
+	batches := make(chan []*Message, 40)
+	runPoller(t, c, PollerConfig{
+		Channel: ch, MaxItems: 4, MaxInFlight: 40,
+		Deliver: func(ctx context.Context, batch []*Message) (int, error) {
+			batches <- batch
+			return len(batch), nil
+		},
+	})
+	for got := 0; got < 40; {
+		var b []*Message
+		select {
+		case b = <-batches:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d of 40 delivered; the next batch never came", got)
+		}
+		got += len(b)
+		if 40-got > 4 { // more waiting than one poll takes
+			select {
+			case more := <-batches:
+				t.Fatalf("a batch of %d polled while a batch of %d was open and %d were waiting", len(more), len(b), 40-got)
+			case <-time.After(150 * time.Millisecond):
+			}
+		}
+		for _, m := range b {
+			if err := m.Ack(); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }
