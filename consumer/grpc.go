@@ -184,6 +184,7 @@ func (g *grpcService) ModelInfer(ctx context.Context, req *pb.ModelInferRequest)
 	name := m.Config.Name
 	resp, outcome, err := s.grpcInfer(ctx, m, req, start)
 	s.met.GRPCInfer.WithLabelValues(name, outcome).Inc()
+	s.met.inference(name, outcome)
 	s.met.SyncDuration.WithLabelValues(name, "grpc").Observe(time.Since(start).Seconds())
 	return resp, err
 }
