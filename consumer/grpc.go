@@ -19,7 +19,10 @@ import (
 
 // The Open Inference Protocol over gRPC (KServe v2's
 // inference.GRPCInferenceService, Triton's gRPC API): ServerLive,
-// ServerReady, ModelReady, ServerMetadata, ModelMetadata and ModelInfer.
+// ServerReady, ModelReady, ServerMetadata, ModelMetadata and ModelInfer,
+// and of Triton's own RPCs ModelConfig, ModelStatistics (triton.go) and the
+// model repository extension (grpcrepo.go); the rest of Triton's answer
+// UNIMPLEMENTED.
 // ModelInfer takes the path of an HTTP infer request (admission with the
 // model's limits, the model's batcher ahead of queued tasks); see
 // grpcconv.go for the tensor forms. Errors are gRPC status codes, mapped
@@ -45,6 +48,10 @@ type GRPCConfig struct {
 	// more is answered UNAVAILABLE at once. 0:
 	// models.DefaultHTTPMaxConcurrentRequests.
 	MaxConcurrentInfer int
+	// Repository, optional, answers Triton's repository RPCs (see
+	// grpcrepo.go); nil: the served models are the index and loads and
+	// unloads are refused.
+	Repository ModelRepository
 }
 
 // grpcService serves GRPCInferenceService.
@@ -52,7 +59,8 @@ type grpcService struct {
 	pb.UnimplementedGRPCInferenceServiceServer
 	s     *Server
 	ready func() bool
-	token *bearer // nil: no token asked
+	repo  ModelRepository // nil: none
+	token *bearer         // nil: no token asked
 	// slots holds a token per ModelInfer in progress.
 	slots chan struct{}
 }
@@ -67,7 +75,7 @@ func NewGRPCServer(c GRPCConfig, opts ...grpc.ServerOption) *grpc.Server {
 	if n <= 0 {
 		n = models.DefaultHTTPMaxConcurrentRequests
 	}
-	g := &grpcService{s: c.Server, ready: c.Ready, slots: make(chan struct{}, n)}
+	g := &grpcService{s: c.Server, ready: c.Ready, repo: c.Repository, slots: make(chan struct{}, n)}
 	if g.ready == nil {
 		g.ready = func() bool { return true }
 	}
@@ -176,6 +184,7 @@ func (g *grpcService) ModelInfer(ctx context.Context, req *pb.ModelInferRequest)
 	name := m.Config.Name
 	resp, outcome, err := s.grpcInfer(ctx, m, req, start)
 	s.met.GRPCInfer.WithLabelValues(name, outcome).Inc()
+	s.met.inference(name, outcome)
 	s.met.SyncDuration.WithLabelValues(name, "grpc").Observe(time.Since(start).Seconds())
 	return resp, err
 }

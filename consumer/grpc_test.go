@@ -78,6 +78,11 @@ func newORTServer(t *testing.T, o ortOpts) *ortServer {
 		onnx[n] = examples.Identity(n, dt, identityDims)
 		names = append(names, n)
 	}
+	reg := prometheus.NewRegistry()
+	met, err := consumer.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var ms []consumer.Model
 	for _, name := range names {
 		sess, err := runtime.NewSession(env, runtime.SessionConfig{Name: name, Model: onnx[name], IntraOpThreads: 1})
@@ -86,7 +91,7 @@ func newORTServer(t *testing.T, o ortOpts) *ortServer {
 		}
 		t.Cleanup(func() { sess.Close() })
 		bat, err := runtime.NewBatcher(runtime.BatcherConfig{Name: name, Policy: runtime.BatchPolicy{MaxBatchSize: 8},
-			Runners: []runtime.Runner{sess}})
+			Runners: []runtime.Runner{sess}, Observer: met.BatchObserver(name)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -111,11 +116,6 @@ func newORTServer(t *testing.T, o ortOpts) *ortServer {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	reg := prometheus.NewRegistry()
-	met, err := consumer.NewMetrics(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	cons, err := consumer.New(consumer.Config{Broker: conn, Store: nopStore{}, Metrics: met, Models: ms})
 	if err != nil {
 		t.Fatal(err)

@@ -162,8 +162,8 @@ func (m *Metrics) inference(model, outcome string) {
 	}
 }
 
-// CountInference is inference for a path outside this package (the gRPC
-// server): call it once per request with the model and its outcome label.
+// CountInference is inference for a path outside this package: call it
+// once per request with the model and its outcome label.
 func (m *Metrics) CountInference(model, outcome string) { m.inference(model, outcome) }
 
 // modelMetrics are one model's collectors on the per-task path, looked up

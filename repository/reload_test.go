@@ -122,8 +122,10 @@ func startRig(t *testing.T, dir string, mode models.ControlMode, httpListen stri
 		DataDir:    t.TempDir(),
 		Consumer:   consumer.Config{Worker: "test", IntakeWorkers: 2, Writers: 16, DrainTimeout: 10 * time.Second},
 		HTTP:       models.HTTP{Listen: httpListen, AuthToken: "secret"},
+		GRPC:       models.GRPC{Listen: "127.0.0.1:0"},
 		Background: []func(context.Context) error{repo.Run},
 		Routes:     repository.Routes(repo),
+		Repository: repository.Control(repo),
 		Logger:     log,
 	})
 	if err != nil {

@@ -14,7 +14,7 @@ import (
 
 // listenGRPC opens the Open Inference Protocol's gRPC listener when
 // GRPC.Listen is set: the HTTP endpoint's bearer token, the gRPC section's
-// TLS files and concurrency cap.
+// TLS files and concurrency cap, the model repository when there is one.
 func (w *Worker) listenGRPC(context.Context) error {
 	g := w.cfg.GRPC
 	if g.Listen == "" {
@@ -37,7 +37,8 @@ func (w *Worker) listenGRPC(context.Context) error {
 		return fmt.Errorf("grpc: listen on %s: %w", g.Listen, err)
 	}
 	w.glis = lis
-	w.gs = consumer.NewGRPCServer(consumer.GRPCConfig{Server: w.srv, AuthToken: token, MaxConcurrentInfer: g.MaxConcurrentRequests}, opts...)
+	w.gs = consumer.NewGRPCServer(consumer.GRPCConfig{Server: w.srv, AuthToken: token, MaxConcurrentInfer: g.MaxConcurrentRequests,
+		Repository: w.cfg.Repository}, opts...)
 	w.log.Info("grpc listening", "addr", lis.Addr().String(), "tls", len(opts) > 0, "auth", token != "")
 	if token == "" && !loopback(lis.Addr()) {
 		w.log.Warn("grpc listens beyond loopback without a bearer token: whoever reaches it can run inference; set http.auth_token, http.auth_token_file or INFERQ_HTTP_AUTH_TOKEN",

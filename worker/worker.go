@@ -87,6 +87,10 @@ type Config struct {
 	// Routes are more HTTP handlers, by mux pattern, behind the same
 	// bearer token (the model repository extension).
 	Routes map[string]http.Handler
+	// Repository, optional, answers the gRPC endpoint's model repository
+	// RPCs (RepositoryIndex, RepositoryModelLoad, RepositoryModelUnload),
+	// the gRPC side of Routes.
+	Repository consumer.ModelRepository
 	// LocalCrashCounts keeps crash counts to this process's journal: no
 	// crash reports are shared with the queue's other replicas
 	// (consumer.Config.CrashEvents stays nil).

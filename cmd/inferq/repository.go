@@ -34,8 +34,8 @@ func openRepository(ctx context.Context, log *slog.Logger, c *models.Config, env
 	})
 }
 
-// withRepository adds repo's models, devices, batchers and HTTP routes to
-// wc (repo may be nil).
+// withRepository adds repo's models, devices, batchers, HTTP routes and
+// gRPC control to wc (repo may be nil).
 func withRepository(wc worker.Config, repo *repository.Repository) worker.Config {
 	if repo == nil {
 		return wc
@@ -49,5 +49,6 @@ func withRepository(wc worker.Config, repo *repository.Repository) worker.Config
 	}
 	wc.Background = append(wc.Background, repo.Run)
 	wc.Routes = repository.Routes(repo)
+	wc.Repository = repository.Control(repo)
 	return wc
 }

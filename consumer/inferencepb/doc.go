@@ -1,7 +1,11 @@
 // Package inferencepb is the Go code of the Open Inference Protocol's gRPC
 // API (KServe v2; service inference.GRPCInferenceService, which Triton
 // serves too), generated from grpc_predict_v2.proto, a verbatim copy of
-// KServe's file (Apache-2.0; see its header for the source and commit).
+// KServe's file (Apache-2.0; see its header for the source and commit)
+// but for five RPCs of Triton's added to the service, whose messages are in
+// triton_extensions.proto: inferq's own subset of Triton's messages, with
+// Triton's package, names and field numbers (the wire is Triton's; only
+// the fields inferq uses are declared).
 //
 // The generated files are committed, so building needs no protoc. To
 // regenerate them, install protoc (Debian: apt-get install protobuf-compiler;
@@ -14,4 +18,4 @@
 //	go generate ./consumer/inferencepb
 package inferencepb
 
-//go:generate protoc --proto_path=. --go_out=. --go_opt=paths=source_relative "--go_opt=Mgrpc_predict_v2.proto=github.com/inferq/inferq/consumer/inferencepb;inferencepb" --go-grpc_out=. --go-grpc_opt=paths=source_relative "--go-grpc_opt=Mgrpc_predict_v2.proto=github.com/inferq/inferq/consumer/inferencepb;inferencepb" grpc_predict_v2.proto
+//go:generate protoc --proto_path=. --go_out=. --go_opt=paths=source_relative "--go_opt=Mgrpc_predict_v2.proto=github.com/inferq/inferq/consumer/inferencepb;inferencepb" "--go_opt=Mtriton_extensions.proto=github.com/inferq/inferq/consumer/inferencepb;inferencepb" --go-grpc_out=. --go-grpc_opt=paths=source_relative "--go-grpc_opt=Mgrpc_predict_v2.proto=github.com/inferq/inferq/consumer/inferencepb;inferencepb" "--go-grpc_opt=Mtriton_extensions.proto=github.com/inferq/inferq/consumer/inferencepb;inferencepb" grpc_predict_v2.proto triton_extensions.proto

@@ -1,10 +1,14 @@
 // The Open Inference Protocol's gRPC API (KServe v2, the
-// inference.GRPCInferenceService that Triton serves too), copied unchanged
+// inference.GRPCInferenceService that Triton serves too), copied
 // below this comment from https://github.com/kserve/kserve, file
 // docs/predict-api/v2/grpc_predict_v2.proto (commit
 // f79adf9d37f73f89703d946e176c1ab4a5c62af4). The file carries no
 // go_package: the generator maps it to this package with protoc's M option
 // (see doc.go).
+//
+// inferq's one change: the import of triton_extensions.proto and, at the
+// end of the service, five of Triton's RPCs (Triton's names and messages),
+// each marked "inferq".
 //
 // Regenerate the Go code with `go generate ./consumer/inferencepb`.
 
@@ -1289,7 +1293,7 @@ var File_grpc_predict_v2_proto protoreflect.FileDescriptor
 
 const file_grpc_predict_v2_proto_rawDesc = "" +
 	"\n" +
-	"\x15grpc_predict_v2.proto\x12\tinference\"\x13\n" +
+	"\x15grpc_predict_v2.proto\x12\tinference\x1a\x17triton_extensions.proto\"\x13\n" +
 	"\x11ServerLiveRequest\"(\n" +
 	"\x12ServerLiveResponse\x12\x12\n" +
 	"\x04live\x18\x01 \x01(\bR\x04live\"\x14\n" +
@@ -1393,7 +1397,7 @@ const file_grpc_predict_v2_proto_rawDesc = "" +
 	"\x0fuint64_contents\x18\x05 \x03(\x04R\x0euint64Contents\x12#\n" +
 	"\rfp32_contents\x18\x06 \x03(\x02R\ffp32Contents\x12#\n" +
 	"\rfp64_contents\x18\a \x03(\x01R\ffp64Contents\x12%\n" +
-	"\x0ebytes_contents\x18\b \x03(\fR\rbytesContents2\xfc\x03\n" +
+	"\x0ebytes_contents\x18\b \x03(\fR\rbytesContents2\xda\a\n" +
 	"\x14GRPCInferenceService\x12K\n" +
 	"\n" +
 	"ServerLive\x12\x1c.inference.ServerLiveRequest\x1a\x1d.inference.ServerLiveResponse\"\x00\x12N\n" +
@@ -1403,7 +1407,12 @@ const file_grpc_predict_v2_proto_rawDesc = "" +
 	"\x0eServerMetadata\x12 .inference.ServerMetadataRequest\x1a!.inference.ServerMetadataResponse\"\x00\x12T\n" +
 	"\rModelMetadata\x12\x1f.inference.ModelMetadataRequest\x1a .inference.ModelMetadataResponse\"\x00\x12K\n" +
 	"\n" +
-	"ModelInfer\x12\x1c.inference.ModelInferRequest\x1a\x1d.inference.ModelInferResponse\"\x00b\x06proto3"
+	"ModelInfer\x12\x1c.inference.ModelInferRequest\x1a\x1d.inference.ModelInferResponse\"\x00\x12N\n" +
+	"\vModelConfig\x12\x1d.inference.ModelConfigRequest\x1a\x1e.inference.ModelConfigResponse\"\x00\x12Z\n" +
+	"\x0fModelStatistics\x12!.inference.ModelStatisticsRequest\x1a\".inference.ModelStatisticsResponse\"\x00\x12Z\n" +
+	"\x0fRepositoryIndex\x12!.inference.RepositoryIndexRequest\x1a\".inference.RepositoryIndexResponse\"\x00\x12f\n" +
+	"\x13RepositoryModelLoad\x12%.inference.RepositoryModelLoadRequest\x1a&.inference.RepositoryModelLoadResponse\"\x00\x12l\n" +
+	"\x15RepositoryModelUnload\x12'.inference.RepositoryModelUnloadRequest\x1a(.inference.RepositoryModelUnloadResponse\"\x00b\x06proto3"
 
 var (
 	file_grpc_predict_v2_proto_rawDescOnce sync.Once
@@ -1440,8 +1449,18 @@ var file_grpc_predict_v2_proto_goTypes = []any{
 	nil, // 18: inference.ModelInferRequest.InferInputTensor.ParametersEntry
 	nil, // 19: inference.ModelInferRequest.InferRequestedOutputTensor.ParametersEntry
 	(*ModelInferResponse_InferOutputTensor)(nil), // 20: inference.ModelInferResponse.InferOutputTensor
-	nil, // 21: inference.ModelInferResponse.ParametersEntry
-	nil, // 22: inference.ModelInferResponse.InferOutputTensor.ParametersEntry
+	nil,                                   // 21: inference.ModelInferResponse.ParametersEntry
+	nil,                                   // 22: inference.ModelInferResponse.InferOutputTensor.ParametersEntry
+	(*ModelConfigRequest)(nil),            // 23: inference.ModelConfigRequest
+	(*ModelStatisticsRequest)(nil),        // 24: inference.ModelStatisticsRequest
+	(*RepositoryIndexRequest)(nil),        // 25: inference.RepositoryIndexRequest
+	(*RepositoryModelLoadRequest)(nil),    // 26: inference.RepositoryModelLoadRequest
+	(*RepositoryModelUnloadRequest)(nil),  // 27: inference.RepositoryModelUnloadRequest
+	(*ModelConfigResponse)(nil),           // 28: inference.ModelConfigResponse
+	(*ModelStatisticsResponse)(nil),       // 29: inference.ModelStatisticsResponse
+	(*RepositoryIndexResponse)(nil),       // 30: inference.RepositoryIndexResponse
+	(*RepositoryModelLoadResponse)(nil),   // 31: inference.RepositoryModelLoadResponse
+	(*RepositoryModelUnloadResponse)(nil), // 32: inference.RepositoryModelUnloadResponse
 }
 var file_grpc_predict_v2_proto_depIdxs = []int32{
 	14, // 0: inference.ModelMetadataResponse.inputs:type_name -> inference.ModelMetadataResponse.TensorMetadata
@@ -1467,14 +1486,24 @@ var file_grpc_predict_v2_proto_depIdxs = []int32{
 	6,  // 20: inference.GRPCInferenceService.ServerMetadata:input_type -> inference.ServerMetadataRequest
 	8,  // 21: inference.GRPCInferenceService.ModelMetadata:input_type -> inference.ModelMetadataRequest
 	10, // 22: inference.GRPCInferenceService.ModelInfer:input_type -> inference.ModelInferRequest
-	1,  // 23: inference.GRPCInferenceService.ServerLive:output_type -> inference.ServerLiveResponse
-	3,  // 24: inference.GRPCInferenceService.ServerReady:output_type -> inference.ServerReadyResponse
-	5,  // 25: inference.GRPCInferenceService.ModelReady:output_type -> inference.ModelReadyResponse
-	7,  // 26: inference.GRPCInferenceService.ServerMetadata:output_type -> inference.ServerMetadataResponse
-	9,  // 27: inference.GRPCInferenceService.ModelMetadata:output_type -> inference.ModelMetadataResponse
-	11, // 28: inference.GRPCInferenceService.ModelInfer:output_type -> inference.ModelInferResponse
-	23, // [23:29] is the sub-list for method output_type
-	17, // [17:23] is the sub-list for method input_type
+	23, // 23: inference.GRPCInferenceService.ModelConfig:input_type -> inference.ModelConfigRequest
+	24, // 24: inference.GRPCInferenceService.ModelStatistics:input_type -> inference.ModelStatisticsRequest
+	25, // 25: inference.GRPCInferenceService.RepositoryIndex:input_type -> inference.RepositoryIndexRequest
+	26, // 26: inference.GRPCInferenceService.RepositoryModelLoad:input_type -> inference.RepositoryModelLoadRequest
+	27, // 27: inference.GRPCInferenceService.RepositoryModelUnload:input_type -> inference.RepositoryModelUnloadRequest
+	1,  // 28: inference.GRPCInferenceService.ServerLive:output_type -> inference.ServerLiveResponse
+	3,  // 29: inference.GRPCInferenceService.ServerReady:output_type -> inference.ServerReadyResponse
+	5,  // 30: inference.GRPCInferenceService.ModelReady:output_type -> inference.ModelReadyResponse
+	7,  // 31: inference.GRPCInferenceService.ServerMetadata:output_type -> inference.ServerMetadataResponse
+	9,  // 32: inference.GRPCInferenceService.ModelMetadata:output_type -> inference.ModelMetadataResponse
+	11, // 33: inference.GRPCInferenceService.ModelInfer:output_type -> inference.ModelInferResponse
+	28, // 34: inference.GRPCInferenceService.ModelConfig:output_type -> inference.ModelConfigResponse
+	29, // 35: inference.GRPCInferenceService.ModelStatistics:output_type -> inference.ModelStatisticsResponse
+	30, // 36: inference.GRPCInferenceService.RepositoryIndex:output_type -> inference.RepositoryIndexResponse
+	31, // 37: inference.GRPCInferenceService.RepositoryModelLoad:output_type -> inference.RepositoryModelLoadResponse
+	32, // 38: inference.GRPCInferenceService.RepositoryModelUnload:output_type -> inference.RepositoryModelUnloadResponse
+	28, // [28:39] is the sub-list for method output_type
+	17, // [17:28] is the sub-list for method input_type
 	17, // [17:17] is the sub-list for extension type_name
 	17, // [17:17] is the sub-list for extension extendee
 	0,  // [0:17] is the sub-list for field type_name
@@ -1485,6 +1514,7 @@ func file_grpc_predict_v2_proto_init() {
 	if File_grpc_predict_v2_proto != nil {
 		return
 	}
+	file_triton_extensions_proto_init()
 	file_grpc_predict_v2_proto_msgTypes[12].OneofWrappers = []any{
 		(*InferParameter_BoolParam)(nil),
 		(*InferParameter_Int64Param)(nil),

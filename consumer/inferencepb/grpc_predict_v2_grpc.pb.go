@@ -1,10 +1,14 @@
 // The Open Inference Protocol's gRPC API (KServe v2, the
-// inference.GRPCInferenceService that Triton serves too), copied unchanged
+// inference.GRPCInferenceService that Triton serves too), copied
 // below this comment from https://github.com/kserve/kserve, file
 // docs/predict-api/v2/grpc_predict_v2.proto (commit
 // f79adf9d37f73f89703d946e176c1ab4a5c62af4). The file carries no
 // go_package: the generator maps it to this package with protoc's M option
 // (see doc.go).
+//
+// inferq's one change: the import of triton_extensions.proto and, at the
+// end of the service, five of Triton's RPCs (Triton's names and messages),
+// each marked "inferq".
 //
 // Regenerate the Go code with `go generate ./consumer/inferencepb`.
 
@@ -43,12 +47,17 @@ import (
 const _ = grpc.SupportPackageIsVersion7
 
 const (
-	GRPCInferenceService_ServerLive_FullMethodName     = "/inference.GRPCInferenceService/ServerLive"
-	GRPCInferenceService_ServerReady_FullMethodName    = "/inference.GRPCInferenceService/ServerReady"
-	GRPCInferenceService_ModelReady_FullMethodName     = "/inference.GRPCInferenceService/ModelReady"
-	GRPCInferenceService_ServerMetadata_FullMethodName = "/inference.GRPCInferenceService/ServerMetadata"
-	GRPCInferenceService_ModelMetadata_FullMethodName  = "/inference.GRPCInferenceService/ModelMetadata"
-	GRPCInferenceService_ModelInfer_FullMethodName     = "/inference.GRPCInferenceService/ModelInfer"
+	GRPCInferenceService_ServerLive_FullMethodName            = "/inference.GRPCInferenceService/ServerLive"
+	GRPCInferenceService_ServerReady_FullMethodName           = "/inference.GRPCInferenceService/ServerReady"
+	GRPCInferenceService_ModelReady_FullMethodName            = "/inference.GRPCInferenceService/ModelReady"
+	GRPCInferenceService_ServerMetadata_FullMethodName        = "/inference.GRPCInferenceService/ServerMetadata"
+	GRPCInferenceService_ModelMetadata_FullMethodName         = "/inference.GRPCInferenceService/ModelMetadata"
+	GRPCInferenceService_ModelInfer_FullMethodName            = "/inference.GRPCInferenceService/ModelInfer"
+	GRPCInferenceService_ModelConfig_FullMethodName           = "/inference.GRPCInferenceService/ModelConfig"
+	GRPCInferenceService_ModelStatistics_FullMethodName       = "/inference.GRPCInferenceService/ModelStatistics"
+	GRPCInferenceService_RepositoryIndex_FullMethodName       = "/inference.GRPCInferenceService/RepositoryIndex"
+	GRPCInferenceService_RepositoryModelLoad_FullMethodName   = "/inference.GRPCInferenceService/RepositoryModelLoad"
+	GRPCInferenceService_RepositoryModelUnload_FullMethodName = "/inference.GRPCInferenceService/RepositoryModelUnload"
 )
 
 // GRPCInferenceServiceClient is the client API for GRPCInferenceService service.
@@ -74,6 +83,12 @@ type GRPCInferenceServiceClient interface {
 	// indicated by the google.rpc.Status returned for the request. The OK code
 	// indicates success and other codes indicate failure.
 	ModelInfer(ctx context.Context, in *ModelInferRequest, opts ...grpc.CallOption) (*ModelInferResponse, error)
+	// inferq: Triton's RPCs (triton_extensions.proto).
+	ModelConfig(ctx context.Context, in *ModelConfigRequest, opts ...grpc.CallOption) (*ModelConfigResponse, error)
+	ModelStatistics(ctx context.Context, in *ModelStatisticsRequest, opts ...grpc.CallOption) (*ModelStatisticsResponse, error)
+	RepositoryIndex(ctx context.Context, in *RepositoryIndexRequest, opts ...grpc.CallOption) (*RepositoryIndexResponse, error)
+	RepositoryModelLoad(ctx context.Context, in *RepositoryModelLoadRequest, opts ...grpc.CallOption) (*RepositoryModelLoadResponse, error)
+	RepositoryModelUnload(ctx context.Context, in *RepositoryModelUnloadRequest, opts ...grpc.CallOption) (*RepositoryModelUnloadResponse, error)
 }
 
 type gRPCInferenceServiceClient struct {
@@ -138,6 +153,51 @@ func (c *gRPCInferenceServiceClient) ModelInfer(ctx context.Context, in *ModelIn
 	return out, nil
 }
 
+func (c *gRPCInferenceServiceClient) ModelConfig(ctx context.Context, in *ModelConfigRequest, opts ...grpc.CallOption) (*ModelConfigResponse, error) {
+	out := new(ModelConfigResponse)
+	err := c.cc.Invoke(ctx, GRPCInferenceService_ModelConfig_FullMethodName, in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *gRPCInferenceServiceClient) ModelStatistics(ctx context.Context, in *ModelStatisticsRequest, opts ...grpc.CallOption) (*ModelStatisticsResponse, error) {
+	out := new(ModelStatisticsResponse)
+	err := c.cc.Invoke(ctx, GRPCInferenceService_ModelStatistics_FullMethodName, in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *gRPCInferenceServiceClient) RepositoryIndex(ctx context.Context, in *RepositoryIndexRequest, opts ...grpc.CallOption) (*RepositoryIndexResponse, error) {
+	out := new(RepositoryIndexResponse)
+	err := c.cc.Invoke(ctx, GRPCInferenceService_RepositoryIndex_FullMethodName, in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *gRPCInferenceServiceClient) RepositoryModelLoad(ctx context.Context, in *RepositoryModelLoadRequest, opts ...grpc.CallOption) (*RepositoryModelLoadResponse, error) {
+	out := new(RepositoryModelLoadResponse)
+	err := c.cc.Invoke(ctx, GRPCInferenceService_RepositoryModelLoad_FullMethodName, in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *gRPCInferenceServiceClient) RepositoryModelUnload(ctx context.Context, in *RepositoryModelUnloadRequest, opts ...grpc.CallOption) (*RepositoryModelUnloadResponse, error) {
+	out := new(RepositoryModelUnloadResponse)
+	err := c.cc.Invoke(ctx, GRPCInferenceService_RepositoryModelUnload_FullMethodName, in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // GRPCInferenceServiceServer is the server API for GRPCInferenceService service.
 // All implementations must embed UnimplementedGRPCInferenceServiceServer
 // for forward compatibility
@@ -161,6 +221,12 @@ type GRPCInferenceServiceServer interface {
 	// indicated by the google.rpc.Status returned for the request. The OK code
 	// indicates success and other codes indicate failure.
 	ModelInfer(context.Context, *ModelInferRequest) (*ModelInferResponse, error)
+	// inferq: Triton's RPCs (triton_extensions.proto).
+	ModelConfig(context.Context, *ModelConfigRequest) (*ModelConfigResponse, error)
+	ModelStatistics(context.Context, *ModelStatisticsRequest) (*ModelStatisticsResponse, error)
+	RepositoryIndex(context.Context, *RepositoryIndexRequest) (*RepositoryIndexResponse, error)
+	RepositoryModelLoad(context.Context, *RepositoryModelLoadRequest) (*RepositoryModelLoadResponse, error)
+	RepositoryModelUnload(context.Context, *RepositoryModelUnloadRequest) (*RepositoryModelUnloadResponse, error)
 	mustEmbedUnimplementedGRPCInferenceServiceServer()
 }
 
@@ -185,6 +251,21 @@ func (UnimplementedGRPCInferenceServiceServer) ModelMetadata(context.Context, *M
 }
 func (UnimplementedGRPCInferenceServiceServer) ModelInfer(context.Context, *ModelInferRequest) (*ModelInferResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ModelInfer not implemented")
+}
+func (UnimplementedGRPCInferenceServiceServer) ModelConfig(context.Context, *ModelConfigRequest) (*ModelConfigResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ModelConfig not implemented")
+}
+func (UnimplementedGRPCInferenceServiceServer) ModelStatistics(context.Context, *ModelStatisticsRequest) (*ModelStatisticsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ModelStatistics not implemented")
+}
+func (UnimplementedGRPCInferenceServiceServer) RepositoryIndex(context.Context, *RepositoryIndexRequest) (*RepositoryIndexResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RepositoryIndex not implemented")
+}
+func (UnimplementedGRPCInferenceServiceServer) RepositoryModelLoad(context.Context, *RepositoryModelLoadRequest) (*RepositoryModelLoadResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RepositoryModelLoad not implemented")
+}
+func (UnimplementedGRPCInferenceServiceServer) RepositoryModelUnload(context.Context, *RepositoryModelUnloadRequest) (*RepositoryModelUnloadResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RepositoryModelUnload not implemented")
 }
 func (UnimplementedGRPCInferenceServiceServer) mustEmbedUnimplementedGRPCInferenceServiceServer() {}
 
@@ -307,6 +388,96 @@ func _GRPCInferenceService_ModelInfer_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _GRPCInferenceService_ModelConfig_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ModelConfigRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GRPCInferenceServiceServer).ModelConfig(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GRPCInferenceService_ModelConfig_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GRPCInferenceServiceServer).ModelConfig(ctx, req.(*ModelConfigRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GRPCInferenceService_ModelStatistics_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ModelStatisticsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GRPCInferenceServiceServer).ModelStatistics(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GRPCInferenceService_ModelStatistics_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GRPCInferenceServiceServer).ModelStatistics(ctx, req.(*ModelStatisticsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GRPCInferenceService_RepositoryIndex_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RepositoryIndexRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GRPCInferenceServiceServer).RepositoryIndex(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GRPCInferenceService_RepositoryIndex_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GRPCInferenceServiceServer).RepositoryIndex(ctx, req.(*RepositoryIndexRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GRPCInferenceService_RepositoryModelLoad_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RepositoryModelLoadRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GRPCInferenceServiceServer).RepositoryModelLoad(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GRPCInferenceService_RepositoryModelLoad_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GRPCInferenceServiceServer).RepositoryModelLoad(ctx, req.(*RepositoryModelLoadRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GRPCInferenceService_RepositoryModelUnload_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RepositoryModelUnloadRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GRPCInferenceServiceServer).RepositoryModelUnload(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GRPCInferenceService_RepositoryModelUnload_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GRPCInferenceServiceServer).RepositoryModelUnload(ctx, req.(*RepositoryModelUnloadRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // GRPCInferenceService_ServiceDesc is the grpc.ServiceDesc for GRPCInferenceService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -337,6 +508,26 @@ var GRPCInferenceService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ModelInfer",
 			Handler:    _GRPCInferenceService_ModelInfer_Handler,
+		},
+		{
+			MethodName: "ModelConfig",
+			Handler:    _GRPCInferenceService_ModelConfig_Handler,
+		},
+		{
+			MethodName: "ModelStatistics",
+			Handler:    _GRPCInferenceService_ModelStatistics_Handler,
+		},
+		{
+			MethodName: "RepositoryIndex",
+			Handler:    _GRPCInferenceService_RepositoryIndex_Handler,
+		},
+		{
+			MethodName: "RepositoryModelLoad",
+			Handler:    _GRPCInferenceService_RepositoryModelLoad_Handler,
+		},
+		{
+			MethodName: "RepositoryModelUnload",
+			Handler:    _GRPCInferenceService_RepositoryModelUnload_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,0 +1,168 @@
+package consumer
+
+import (
+	"math"
+	"path/filepath"
+
+	pb "github.com/inferq/inferq/consumer/inferencepb"
+	"github.com/inferq/inferq/models"
+	"github.com/inferq/inferq/tensor"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// tritonConfig is m's configuration in Triton's terms (ModelConfig). The
+// batcher stacks requests on the first dim, so max_batch_size is
+// batching.max_batch_size and the dims leave that dim out, as Triton's
+// do for a batching model.
+func tritonConfig(m *Model) *pb.ModelConfig {
+	c := m.Config
+	cfg := &pb.ModelConfig{
+		Name: c.Name, Platform: "onnxruntime_onnx", Backend: "onnxruntime",
+		MaxBatchSize:         clampInt32(c.Batching.MaxBatchSize),
+		DefaultModelFilename: filepath.Base(c.Path),
+		InstanceGroup:        []*pb.ModelInstanceGroup{tritonInstances(c)},
+		SchedulingChoice:     &pb.ModelConfig_DynamicBatching{DynamicBatching: tritonBatching(c.Batching)},
+	}
+	batched := c.Batching.MaxBatchSize > 0
+	for _, t := range m.Info.Inputs {
+		cfg.Input = append(cfg.Input, &pb.ModelInput{Name: t.Name, DataType: tritonDType(t), Dims: tritonDims(t.Dims, batched)})
+	}
+	for _, t := range m.Info.Outputs {
+		cfg.Output = append(cfg.Output, &pb.ModelOutput{Name: t.Name, DataType: tritonDType(t), Dims: tritonDims(t.Dims, batched)})
+	}
+	return cfg
+}
+
+// tritonBatching is batching's dynamic batching and queue policy; the
+// default priority level is the one a request without one gets.
+func tritonBatching(b models.Batching) *pb.ModelDynamicBatching {
+	d := &pb.ModelDynamicBatching{
+		MaxQueueDelayMicroseconds: uint64(max(b.MaxQueueDelay.D().Microseconds(), 0)),
+		DefaultQueuePolicy: &pb.ModelQueuePolicy{
+			TimeoutAction:              pb.ModelQueuePolicy_REJECT,
+			DefaultTimeoutMicroseconds: uint64(max(b.DefaultQueueTimeout.D().Microseconds(), 0)),
+			MaxQueueSize:               uint32(min(max(b.MaxQueueSize, 0), math.MaxUint32)),
+		},
+	}
+	for _, s := range b.PreferredBatchSizes {
+		d.PreferredBatchSize = append(d.PreferredBatchSize, clampInt32(s))
+	}
+	if b.PriorityLevels > 0 {
+		d.PriorityLevels = uint64(b.PriorityLevels)
+		d.DefaultPriorityLevel = uint64(b.PriorityLevels)
+		if b.DefaultPriorityLevel > 0 {
+			d.DefaultPriorityLevel = uint64(b.DefaultPriorityLevel)
+		}
+	}
+	return d
+}
+
+// tritonInstances is the model's device setting as an instance group:
+// instances sessions on each device.
+func tritonInstances(c models.Model) *pb.ModelInstanceGroup {
+	g := &pb.ModelInstanceGroup{Name: c.Name, Count: clampInt32(c.Instances), Kind: pb.ModelInstanceGroup_KIND_AUTO}
+	switch c.Device.Kind {
+	case models.DeviceCPU:
+		g.Kind = pb.ModelInstanceGroup_KIND_CPU
+	case models.DeviceCUDA:
+		g.Kind = pb.ModelInstanceGroup_KIND_GPU
+	case models.DeviceList:
+		g.Kind = pb.ModelInstanceGroup_KIND_GPU
+		for _, n := range c.Device.GPUs {
+			g.Gpus = append(g.Gpus, clampInt32(n))
+		}
+	}
+	return g
+}
+
+// tritonDType is t's element type as Triton's DataType: its Open
+// Inference Protocol name prefixed TYPE_, BYTES being TYPE_STRING and
+// onnxruntime's BFLOAT16 TYPE_BF16; TYPE_INVALID for the rest.
+func tritonDType(t tensor.TensorInfo) pb.DataType {
+	name := t.Datatype()
+	switch name {
+	case "BYTES":
+		name = "STRING"
+	case "BFLOAT16":
+		name = "BF16"
+	}
+	return pb.DataType(pb.DataType_value["TYPE_"+name]) // absent: 0, TYPE_INVALID
+}
+
+func tritonDims(dims []int64, batched bool) []int64 {
+	if batched && len(dims) > 0 {
+		dims = dims[1:]
+	}
+	return append([]int64{}, dims...)
+}
+
+func clampInt32(n int) int32 { return int32(min(max(n, math.MinInt32), math.MaxInt32)) }
+
+// tritonStats are the model's statistics in Triton's terms, read from the
+// metrics every path reports to: success and fail counts
+// (inferq_inference_request_success_total and ..._failure_total, every
+// reason), queue (the batch_wait stage of inferq_task_duration_seconds:
+// admission to run, every path), compute_infer
+// (inferq_inference_compute_duration_seconds: the run of the batch each
+// request ran in), inference_count (the successes) and execution_count
+// (the runs, inferq_batch_size's count). Not measured, so 0: the durations
+// of success and fail (inferq does not time a request's whole stay by
+// outcome), compute_input and compute_output (part of compute_infer
+// here), last_inference.
+func (m *Metrics) tritonStats(model, version string) *pb.ModelStatistics {
+	var success, fail, runs uint64
+	queue, compute := &pb.StatisticDuration{}, &pb.StatisticDuration{}
+	byModel := map[string]string{"model": model}
+	collectFor(m.InferSuccess, byModel, func(d *dto.Metric) { success += uint64(d.GetCounter().GetValue()) })
+	collectFor(m.InferFailure, byModel, func(d *dto.Metric) { fail += uint64(d.GetCounter().GetValue()) })
+	collectFor(m.BatchSize, byModel, func(d *dto.Metric) { runs += d.GetHistogram().GetSampleCount() })
+	collectFor(m.Duration, map[string]string{"model": model, "stage": StageBatchWait}, addDuration(queue))
+	collectFor(m.Compute, byModel, addDuration(compute))
+	return &pb.ModelStatistics{
+		Name: model, Version: version, InferenceCount: success, ExecutionCount: runs,
+		InferenceStats: &pb.InferStatistics{
+			Success: &pb.StatisticDuration{Count: success}, Fail: &pb.StatisticDuration{Count: fail},
+			Queue: queue, ComputeInput: &pb.StatisticDuration{}, ComputeInfer: compute, ComputeOutput: &pb.StatisticDuration{},
+		},
+	}
+}
+
+// addDuration adds a histogram of seconds to d.
+func addDuration(d *pb.StatisticDuration) func(*dto.Metric) {
+	return func(x *dto.Metric) {
+		h := x.GetHistogram()
+		d.Count += h.GetSampleCount()
+		d.Ns += uint64(max(h.GetSampleSum(), 0) * 1e9)
+	}
+}
+
+// collectFor calls fn with each of c's series whose labels include
+// labels. It reads the series that exist and creates none.
+func collectFor(c prometheus.Collector, labels map[string]string, fn func(*dto.Metric)) {
+	ch := make(chan prometheus.Metric)
+	go func() {
+		c.Collect(ch)
+		close(ch)
+	}()
+	for x := range ch {
+		var d dto.Metric
+		if err := x.Write(&d); err != nil || !hasLabels(&d, labels) {
+			continue
+		}
+		fn(&d)
+	}
+}
+
+func hasLabels(d *dto.Metric, want map[string]string) bool {
+	n := 0
+	for _, l := range d.GetLabel() {
+		if v, ok := want[l.GetName()]; ok {
+			if v != l.GetValue() {
+				return false
+			}
+			n++
+		}
+	}
+	return n == len(want)
+}
