@@ -20,13 +20,17 @@ type fleetSize struct {
 	// load sent between two of them (tasks/(kills+1), paced over every).
 	kills int
 	every time.Duration
+	// crashHold is --crash-hold; 0: its default (10 s). The short form's
+	// 3 s keeps the wait of the tasks caught by the last kill short, and
+	// is still above a replica's restart here (about 1 s to ready).
+	crashHold time.Duration
 }
 
 func fleetForm() fleetSize {
 	if *fullFlag {
 		return fleetSize{tasks: 20000, kills: 12, every: 3 * time.Second}
 	}
-	return fleetSize{tasks: 1500, kills: 3, every: 2 * time.Second}
+	return fleetSize{tasks: 1500, kills: 3, every: 2 * time.Second, crashHold: 3 * time.Second}
 }
 
 // fleetReplicas is the number of inferq processes on the one queue.
@@ -61,7 +65,9 @@ func fleetRetries(kills int) int { return 2*kills + 2 }
 // (0), since no restart will ever read its data_dir again. Replica 3 runs
 // throughout. Every task must end SUCCESS once, or SUCCESS more than once
 // (a duplicate: at-least-once delivery, counted and reported), never
-// lost; a dead letter fails (fleetRetries makes one impossible).
+// lost; a dead letter fails (fleetRetries makes one impossible). The
+// replicas are the -tags faultinject build with fleetRunDelay per batch, so
+// that kills land mid-inference; the full form fails when none did.
 func fleet(t *testing.T, name string) {
 	f := fleetForm()
 	retries := fleetRetries(f.kills)
@@ -71,8 +77,12 @@ func fleet(t *testing.T, name string) {
 		t.Fatal(err)
 	}
 	replica := func(slot int) serveOptions {
-		return serveOptions{bin: bin, env: []string{"INFERQ_FAULT_RUN_DELAY=" + fleetRunDelay.String()}, args: []string{"--data-dir", filepath.Join(r.dir, fmt.Sprintf("data-%d", slot)),
-			"--client-id", fmt.Sprintf("chaos-%s-%s-r%d", r.h.run, name, slot)},
+		args := []string{"--data-dir", filepath.Join(r.dir, fmt.Sprintf("data-%d", slot)),
+			"--client-id", fmt.Sprintf("chaos-%s-%s-r%d", r.h.run, name, slot)}
+		if f.crashHold > 0 {
+			args = append(args, "--crash-hold", f.crashHold.String())
+		}
+		return serveOptions{bin: bin, env: []string{"INFERQ_FAULT_RUN_DELAY=" + fleetRunDelay.String()}, args: args,
 			watch: []string{crashPublished}}
 	}
 	var reps [fleetReplicas]*server
@@ -193,8 +203,8 @@ func (r *rig) fleetAccount(es []*entry, os []outcome, f fleetSize, restarts, ret
 			redelivered++
 		}
 	}
-	r.note("fleet: %d replicas, %d tasks, %d kill -9 (%d restarts), 1 SIGTERM (not restarted), max_retries %d, --crash-hold at its default, inference +%s per batch",
-		fleetReplicas, len(es), f.kills, restarts, retries, fleetRunDelay)
+	r.note("fleet: %d replicas, %d tasks, %d kill -9 (%d restarts), 1 SIGTERM (not restarted), max_retries %d, --crash-hold %s, inference +%s per batch",
+		fleetReplicas, len(es), f.kills, restarts, retries, holdName(f.crashHold), fleetRunDelay)
 	r.note("%d of the %d restarts published a crash report (a kill that caught tasks mid-inference)", r.crashReportsPublished(), restarts)
 	r.note("accounting: %d SUCCESS once, %d SUCCESS more than once (duplicates: %d extra records, %d ran more than once), %d dead-lettered, %d lost; %d tasks delivered more than once",
 		once, dup, extra, ran2, dlq, lost, redelivered)
@@ -214,4 +224,11 @@ func (r *rig) fleetAccount(es []*entry, os []outcome, f fleetSize, restarts, ret
 	sort.Strings(rs)
 	return append(errs, fmt.Sprintf("%d tasks dead-lettered where max_retries %d allows none (2 x %d kills + 2): %s",
 		dlq, retries, f.kills, strings.Join(rs, "; ")))
+}
+
+func holdName(d time.Duration) string {
+	if d == 0 {
+		return "default"
+	}
+	return d.String()
 }
