@@ -40,6 +40,7 @@ func TestChaos(t *testing.T) {
 		{"item7-slow-http", item7SlowHTTP},
 		{"item8-json", item8JSON},
 		{"item9-tls", item9TLS},
+		{"fleet", fleet},
 	} {
 		t.Run(sc.name, func(t *testing.T) { sc.run(t, sc.name) })
 	}

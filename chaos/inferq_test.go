@@ -45,6 +45,7 @@ type server struct {
 // serveOptions are one process's flags and environment.
 type serveOptions struct {
 	grace time.Duration // --shutdown-grace; 0: 10 s
+	bin   string        // the inferq binary; "": the harness's
 	args  []string
 	env   []string
 	// watch are strings whose log lines are counted (logTail.count).
@@ -59,7 +60,11 @@ func startServer(t *testing.T, h *harness, cfgPath, logPath string, o serveOptio
 		o.grace = 10 * time.Second
 	}
 	args := append([]string{"serve", "--config", cfgPath, "--log-format", "json", "--shutdown-grace", o.grace.String()}, o.args...)
-	s := &server{cmd: exec.Command(h.bin, args...), done: make(chan struct{}), addr: make(chan string, 1),
+	bin := h.bin
+	if o.bin != "" {
+		bin = o.bin
+	}
+	s := &server{cmd: exec.Command(bin, args...), done: make(chan struct{}), addr: make(chan string, 1),
 		scheme: "http", token: token}
 	s.cmd.Env = childEnv(append([]string{"INFERQ_ORT_LIB=" + h.lib}, o.env...))
 	s.cmd.SysProcAttr = orphanKill()

@@ -70,6 +70,11 @@ type harness struct {
 	// run names this run's channels: a real KubeMQ keeps channels 24 h.
 	run string
 	err error
+
+	// faultBin is inferq built with -tags faultinject (faultBinary).
+	faultOnce sync.Once
+	faultBin  string
+	faultErr  error
 }
 
 var (
@@ -137,4 +142,24 @@ func (h *harness) init() error {
 		return fmt.Errorf("go build ./cmd/inferq: %v\n%s", err, out)
 	}
 	return nil
+}
+
+// faultBinary returns inferq built with -tags faultinject (its
+// INFERQ_FAULT_RUN_DELAY makes inference slow; without the variables it
+// behaves as the normal binary), built once on first use; with
+// -chaos.bin, that binary (the delay works only if it is such a build).
+func (h *harness) faultBinary() (string, error) {
+	h.faultOnce.Do(func() {
+		if *binFlag != "" {
+			h.faultBin = h.bin
+			return
+		}
+		h.faultBin = filepath.Join(sharedDir, "inferq-faultinject")
+		cmd := exec.Command("go", "build", "-tags", "faultinject", "-o", h.faultBin, "./cmd/inferq")
+		cmd.Dir = ".."
+		if out, err := cmd.CombinedOutput(); err != nil {
+			h.faultErr = fmt.Errorf("go build -tags faultinject ./cmd/inferq: %v\n%s", err, out)
+		}
+	})
+	return h.faultBin, h.faultErr
 }

@@ -161,6 +161,33 @@ func (r *rig) cur() *server {
 	return r.servers[len(r.servers)-1]
 }
 
+// running returns the inferq processes that have not exited: the latest
+// one, or each replica of a fleet.
+func (r *rig) running() []*server {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var ss []*server
+	for _, s := range r.servers {
+		if !s.exited() {
+			ss = append(ss, s)
+		}
+	}
+	return ss
+}
+
+// exitedByItself reports whether an inferq process exited that the
+// harness did not stop.
+func (r *rig) exitedByItself() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range r.servers {
+		if s.exited() && !s.stopping.Load() {
+			return true
+		}
+	}
+	return false
+}
+
 // stopAll kills what is still running (test cleanup).
 func (r *rig) stopAll() {
 	r.mu.Lock()
@@ -275,12 +302,11 @@ func (r *rig) finish(x expect) {
 	if x.extra != nil {
 		res.errs = append(res.errs, x.extra(es, os)...)
 	}
-	s := r.cur()
-	if !s.exited() {
-		grace := x.finalStop
-		if grace == 0 {
-			grace = 30 * time.Second
-		}
+	grace := x.finalStop
+	if grace == 0 {
+		grace = 30 * time.Second
+	}
+	for _, s := range r.running() {
 		if err := s.term(grace); err != nil {
 			res.errs = append(res.errs, fmt.Sprintf("final SIGTERM: %v\n%s", err, s.logs.tail(20)))
 		}
@@ -297,7 +323,7 @@ func (r *rig) settle(bound int) {
 	asked, last := time.Now(), -1
 	// Every 200 ms: pending walks every entry (110k in the full flood).
 	waitEvery(r.ctx, r.sz.settle, 200*time.Millisecond, func() bool {
-		if s := r.cur(); s.exited() && !s.stopping.Load() {
+		if r.exitedByItself() {
 			return true
 		}
 		n := r.led.pending(looping)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/tensor"
@@ -16,13 +17,38 @@ import (
 // process die (SIGKILL, no cleanup, like an OOM kill or a segfault in a
 // kernel) when a batch holds an item whose first FP32 input starts with the
 // value of INFERQ_FAULT_CRASH_ON. Tests use it to prove that a crash counts
-// as an attempt.
+// as an attempt. INFERQ_FAULT_RUN_DELAY (a Go duration) makes every batch
+// take that long more, like a model on a GPU: the chaos harness's fleet
+// scenario uses it so that its kills land mid-inference.
 func faultHook(getenv func(string) string) func(runtime.Runner) runtime.Runner {
+	delay, _ := time.ParseDuration(getenv("INFERQ_FAULT_RUN_DELAY"))
 	v, err := strconv.ParseFloat(getenv("INFERQ_FAULT_CRASH_ON"), 32)
-	if err != nil {
-		return func(r runtime.Runner) runtime.Runner { return r }
+	crash := err == nil
+	return func(r runtime.Runner) runtime.Runner {
+		if delay > 0 {
+			r = slowRunner{r, delay}
+		}
+		if crash {
+			r = crashRunner{r, float32(v)}
+		}
+		return r
 	}
-	return func(r runtime.Runner) runtime.Runner { return crashRunner{r, float32(v)} }
+}
+
+// slowRunner makes every batch take delay more (or until ctx ends).
+type slowRunner struct {
+	runtime.Runner
+	delay time.Duration
+}
+
+func (s slowRunner) RunBatch(ctx context.Context, items []runtime.Item) []runtime.ItemResult {
+	t := time.NewTimer(s.delay)
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		t.Stop()
+	}
+	return s.Runner.RunBatch(ctx, items)
 }
 
 type crashRunner struct {
