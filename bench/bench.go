@@ -322,18 +322,22 @@ func randomInputs(info tensor.ModelInfo, n int) ([][]tensor.Tensor, error) {
 // Sample is one measurement: one mode, batch size and repeat of one
 // model on one device group.
 type Sample struct {
-	Model     string  `json:"model"`
-	Device    string  `json:"device"`
-	Mode      string  `json:"mode"`
-	BatchSize int     `json:"batch_size"` // 0: no batcher (broker)
-	Repeat    int     `json:"repeat"`
-	Payload   string  `json:"payload"`
-	Sent      int     `json:"sent"`
-	OK        int     `json:"ok"`
-	Errors    int     `json:"errors"`
-	Lost      int     `json:"lost"`
-	Seconds   float64 `json:"seconds"`
-	TasksPerS float64 `json:"tasks_per_second"`
+	Model     string `json:"model"`
+	Device    string `json:"device"`
+	Mode      string `json:"mode"`
+	BatchSize int    `json:"batch_size"` // 0: no batcher (broker)
+	Repeat    int    `json:"repeat"`
+	Payload   string `json:"payload"`
+	Sent      int    `json:"sent"`
+	OK        int    `json:"ok"`
+	Errors    int    `json:"errors"`
+	Lost      int    `json:"lost"`
+	// Duplicates are result records that came again for a task already
+	// answered (at-least-once delivery: a task run twice), dropped by
+	// the producers' clients during the sample.
+	Duplicates int     `json:"duplicates"`
+	Seconds    float64 `json:"seconds"`
+	TasksPerS  float64 `json:"tasks_per_second"`
 	// Latency is from the send to the verified result.
 	Latency LatencyStats `json:"latency_ms"`
 	// Batches and MeanBatch: the busy model's inference runs during the
@@ -386,9 +390,11 @@ func (b *bencher) sample(ctx context.Context, m *benchModel, idle []*benchModel,
 		b0, r0 = run.fill()
 	}
 	spec.progress = func(n int) { b.prog.add(n) }
+	dup0 := b.prod.duplicates()
 	res := startResources()
 	lr := drive(ctx, spec, run.start)
 	s.Usage = res.stop()
+	s.Duplicates = int(b.prod.duplicates() - dup0)
 	if run.fill != nil {
 		b1, r1 := run.fill()
 		s.Batches = b1 - b0

@@ -71,7 +71,7 @@ func TestBenchReportRows(t *testing.T) {
 	r := &benchReport{b: b, groups: []string{"mlp/cpu"}}
 	add := func(mode string, bs int, tps ...float64) {
 		for i, v := range tps {
-			r.add(Sample{Model: "mlp", Device: "cpu", Mode: mode, BatchSize: bs, Repeat: i + 1, TasksPerS: v, OK: 10,
+			r.add(Sample{Model: "mlp", Device: "cpu", Mode: mode, BatchSize: bs, Repeat: i + 1, TasksPerS: v, OK: 10, Duplicates: i,
 				Latency: LatencyStats{P50: v / 1000, P99: v / 100}, Batches: 2, MeanBatch: float64(bs)})
 		}
 	}
@@ -92,7 +92,7 @@ func TestBenchReportRows(t *testing.T) {
 		t.Errorf("row order %s", got)
 	}
 	q := byMode["queue/8"]
-	if q.Samples != 3 || q.TasksPerS != 1000 || math.Abs(q.Spread-0.2) > 1e-9 || q.P50 != 1 || q.OK != 30 {
+	if q.Samples != 3 || q.TasksPerS != 1000 || math.Abs(q.Spread-0.2) > 1e-9 || q.P50 != 1 || q.OK != 30 || q.Duplicates != 3 {
 		t.Errorf("queue row %+v", q)
 	}
 	if q.XDirect != 0.5 || q.XBroker != 2 {

@@ -187,6 +187,19 @@ type producers struct {
 	clients []*client.Client
 }
 
+// duplicates is how many result records the producers dropped as
+// duplicates so far; 0 without producers (direct mode alone).
+func (p *producers) duplicates() int64 {
+	if p == nil {
+		return 0
+	}
+	var n int64
+	for _, c := range p.clients {
+		n += c.Stats().Duplicates
+	}
+	return n
+}
+
 func newProducers(ctx context.Context, conn mq.Config, identity string, n int, binary bool, log *slog.Logger) (*producers, error) {
 	p := &producers{}
 	for i := range n {

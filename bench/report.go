@@ -47,6 +47,7 @@ type benchRow struct {
 	OK          int     `json:"ok"`
 	Errors      int     `json:"errors"`
 	Lost        int     `json:"lost"`
+	Duplicates  int     `json:"duplicates"`
 	Unavailable string  `json:"unavailable,omitempty"`
 }
 
@@ -105,7 +106,7 @@ func (r *benchReport) rows() []benchRow {
 func summarizeRow(row benchRow, ss []Sample) benchRow {
 	var tps, p50, p95, p99, fill, cpu []float64
 	for _, s := range ss {
-		row.OK, row.Errors, row.Lost = row.OK+s.OK, row.Errors+s.Errors, row.Lost+s.Lost
+		row.OK, row.Errors, row.Lost, row.Duplicates = row.OK+s.OK, row.Errors+s.Errors, row.Lost+s.Lost, row.Duplicates+s.Duplicates
 		if s.Unavailable != "" {
 			row.Unavailable = s.Unavailable
 			continue
@@ -217,7 +218,7 @@ func (r *benchReport) writeHeader(w io.Writer) {
 func (r *benchReport) writeGroup(w io.Writer, rows []benchRow, g string) error {
 	fmt.Fprintf(w, "\n%s\n", g)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "mode\tbatch\ttasks/s\tspread\tp50 ms\tp95 ms\tp99 ms\tfill\tcpu\trss MiB\t+rss\tx direct\tx broker\tok\terrors\tlost\t")
+	fmt.Fprintln(tw, "mode\tbatch\ttasks/s\tspread\tp50 ms\tp95 ms\tp99 ms\tfill\tcpu\trss MiB\t+rss\tx direct\tx broker\tok\terrors\tlost\tdup\t")
 	for _, x := range rows {
 		if x.Model+"/"+x.Device == g {
 			writeRow(tw, x)
@@ -244,7 +245,7 @@ func writeRow(tw io.Writer, x benchRow) {
 		batch = fmt.Sprint(x.BatchSize)
 	}
 	if x.Unavailable != "" {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t\t\t\t\t\t\t\t\t\t\t\t\t\t\n", x.Mode, batch, "n/a")
+		fmt.Fprintf(tw, "%s\t%s\t%s\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\n", x.Mode, batch, "n/a")
 		return
 	}
 	fill := "-"
@@ -255,9 +256,9 @@ func writeRow(tw io.Writer, x benchRow) {
 	if x.Samples > 1 {
 		sp = fmt.Sprintf("±%.0f%%", 50*x.Spread)
 	}
-	fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%.0f\t%s\t%s\t%d\t%d\t%d\t\n",
+	fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%.0f\t%s\t%s\t%d\t%d\t%d\t%d\t\n",
 		x.Mode, batch, frate(x.TasksPerS), sp, fnum(x.P50, 2), fnum(x.P95, 2), fnum(x.P99, 2), fill,
-		fnum(x.CPUCores, 2), float64(x.RSSMax)/(1<<20), float64(x.RSSGrowth)/(1<<20), fnum(x.XDirect, 2), fnum(x.XBroker, 2), x.OK, x.Errors, x.Lost)
+		fnum(x.CPUCores, 2), float64(x.RSSMax)/(1<<20), float64(x.RSSGrowth)/(1<<20), fnum(x.XDirect, 2), fnum(x.XBroker, 2), x.OK, x.Errors, x.Lost, x.Duplicates)
 }
 
 // writeFiles writes the JSON file and the plot when asked for.
