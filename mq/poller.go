@@ -141,7 +141,8 @@ type PollerStats struct {
 // light queue), it may overlap the open batches, so that a long task does
 // not hold up the next ones, until one of them completes while another is
 // open (it may have stranded messages there): then the Poller polls again
-// only when none is open. Several replicas on one queue still overlap
+// only when none is open, or after PollWait (the most an over-asking poll
+// would cost; an open batch may be a long task's). Several replicas on one queue still overlap
 // each other's batches (trap 12): RecycleEvery bounds that, and issue 12's
 // fleet bench measures it. A batch with a message given back (GiveBack)
 // stays open on the broker until its client closes, so the Poller changes
@@ -159,11 +160,12 @@ type Poller struct {
 	mu       sync.Mutex
 	inflight int // delivered and not settled
 	held     int // in batches not completely settled: still held on the broker
-	// overlapped: a batch completed while another was open; no poll
-	// until held is 0 (see Poller).
-	overlapped bool
-	room       chan struct{} // signalled when a message is settled
-	maxSeq     uint64        // highest sequence received; Run's goroutine only
+	// overlapped: a batch completed while another was open, at
+	// overlappedAt; no poll until held is 0, or for PollWait (see Poller).
+	overlapped   bool
+	overlappedAt time.Time
+	room         chan struct{} // signalled when a message is settled
+	maxSeq       uint64        // highest sequence received; Run's goroutine only
 
 	up      atomic.Bool
 	stateMu sync.Mutex
@@ -316,8 +318,8 @@ func (l *loop) prepareNext() {
 // step is one turn of the loop: wait for the last batch to be settled,
 // watch the queue while nothing is known to be waiting, then poll what is.
 func (l *loop) step() {
-	if !l.p.mayPoll(l.known) {
-		l.waitRoom()
+	if ok, retry := l.p.mayPoll(l.known); !ok {
+		l.waitRoom(retry)
 		return
 	}
 	if l.known <= 0 {
@@ -325,7 +327,7 @@ func (l *loop) step() {
 		if !l.watch() {
 			return
 		}
-		if !l.p.mayPoll(l.known) {
+		if ok, _ := l.p.mayPoll(l.known); !ok {
 			return // a batch completed during the watch: the next step waits
 		}
 	}
@@ -343,20 +345,45 @@ func (l *loop) step() {
 // mayPoll reports whether the Poller may poll (or watch) now, with known
 // messages waiting: under MaxInFlight, and either with no batch open, or
 // for a poll that takes all that is known to be waiting while no batch has
-// completed beside another (see Poller).
-func (p *Poller) mayPoll(known int) bool {
+// completed beside another in the last PollWait (see Poller). The wait
+// after such a completion is bounded: an open batch may be one whose
+// stream was lost (the broker has its messages back already) or a long
+// task's, and what the completing batch stranded goes back when the
+// batches it may sit in close, at the latest. When it may not poll
+// because of that wait, retry is how long the wait has left.
+func (p *Poller) mayPoll(known int) (ok bool, retry time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.inflight < p.cfg.MaxInFlight && (p.held == 0 || !p.overlapped && known <= p.cfg.MaxItems)
+	switch {
+	case p.inflight >= p.cfg.MaxInFlight:
+		return false, 0
+	case p.held == 0:
+		return true, 0
+	case known > p.cfg.MaxItems:
+		return false, 0 // a busy queue: one batch at a time
+	case !p.overlapped:
+		return true, 0
+	}
+	if left := p.cfg.PollWait - time.Since(p.overlappedAt); left > 0 {
+		return false, left
+	}
+	return true, 0
 }
 
 // waitRoom waits for a settlement (backpressure: no poll while MaxInFlight
 // messages are out, or while overlapping batches close).
-func (l *loop) waitRoom() {
+func (l *loop) waitRoom(atMost time.Duration) {
 	l.p.parked.Store(true)
 	defer l.p.parked.Store(false)
+	var timeout <-chan time.Time
+	if atMost > 0 {
+		t := time.NewTimer(atMost)
+		defer t.Stop()
+		timeout = t.C
+	}
 	select {
 	case <-l.p.room:
+	case <-timeout:
 	case <-l.ctx.Done():
 	}
 }

@@ -47,7 +47,9 @@ func (pc *pollClient) release(t *txn, last bool) {
 		p.held -= len(t.resp.Messages)
 		// Completing while another batch is open may strand messages
 		// in it (see Poller); once none is open they are back.
-		p.overlapped = p.held > 0
+		if p.overlapped = p.held > 0; p.overlapped {
+			p.overlappedAt = time.Now()
+		}
 	}
 	if pc.retired && pc.out == 0 {
 		close(pc.idle)
