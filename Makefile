@@ -103,12 +103,12 @@ build:
 # Tests that take the broker away under a live queue stream poll hit a data
 # race inside kubemq-go v1.9.0 (see skipSDKRace): they skip under -race and
 # run here once more without it.
-SDK_RACE_TESTS := TestBrokerLossMidLoad|TestPollerRecoversFromBrokerRestart|TestSettleErrors|TestBrokerRestartMidWait
+SDK_RACE_TESTS := TestBrokerLossMidLoad|TestPollerRecoversFromBrokerRestart|TestSettleErrors|TestBrokerRestartMidWait|TestInferRidesThroughBrokerRestart
 
 ## test: fetch onnxruntime when needed, then run every test with the race detector
 test: setup nocgo
 	$(GO) test -race -timeout 12m ./...
-	$(GO) test -count=1 -timeout 5m -run '^($(SDK_RACE_TESTS))$$' ./consumer/ ./mq/ ./client/
+	$(GO) test -count=1 -timeout 5m -run '^($(SDK_RACE_TESTS))$$' ./consumer/ ./mq/ ./client/ ./cmd/inferq/
 
 ## chaos: the chaos harness in full (issue 11: 20k tasks, a 100k hostile flood, 30 s outages; the short form runs in `make test`); KUBEMQ_ADDRESS=host:port runs it against a real KubeMQ
 chaos: setup

@@ -159,6 +159,7 @@ func TestInferShapeSpec(t *testing.T) {
 // result. The worker starts after the restart, so no queue poll is live
 // while the broker is away.
 func TestInferRidesThroughBrokerRestart(t *testing.T) {
+	skipSDKRace(t)
 	srv := inferBroker(t)
 	const n = 20000
 	type result struct {
