@@ -255,16 +255,7 @@ func (h *HTTP) validate(top func(field, format string, args ...any)) {
 	if strings.TrimSpace(h.AuthToken) != h.AuthToken {
 		top("http.auth_token", "has leading or trailing whitespace")
 	}
-	checkFile := func(field, path string) {
-		if path == "" {
-			return
-		}
-		if fi, err := os.Stat(path); err != nil {
-			top(field, "%v", err)
-		} else if fi.IsDir() {
-			top(field, "%s is a directory; want a file", path)
-		}
-	}
+	checkFile := func(field, path string) { checkConfigFile(top, field, path) }
 	checkFile("http.auth_token_file", h.AuthTokenFile)
 	if (h.TLSCert == "") != (h.TLSKey == "") {
 		top("http.tls_cert", "and http.tls_key must be set together")
