@@ -142,9 +142,10 @@ type PollerStats struct {
 // not hold up the next ones, until one of them completes while another is
 // open (it may have stranded messages there): then the Poller polls again
 // only when none is open, or after PollWait (the most an over-asking poll
-// would cost; an open batch may be a long task's). Several replicas on one queue still overlap
-// each other's batches (trap 12): RecycleEvery bounds that, and issue 12's
-// fleet bench measures it. A batch with a message given back (GiveBack)
+// would cost; an open batch may be a long task's). Several replicas on one
+// queue still overlap each other's batches (trap 12), which no Poller
+// sees: BENCHMARKS.md measures what that costs (issue 12 item 2). A batch
+// with a message given back (GiveBack)
 // stays open on the broker until its client closes, so the Poller changes
 // clients, and waits for the close, before its next poll.
 // It recycles its stream client every RecycleAfter polls, retries with
@@ -459,11 +460,11 @@ func (p *Poller) free() int {
 }
 
 // askSize is how many messages the next poll asks for: what is known to be
-// waiting, capped by MaxItems and room; 0 to watch (peek) instead. A count of one is
-// peeked first: that message may be one that the last batch stranded on
-// its way back to the queue, and a poll for it would wait its whole
-// PollWait holding one of the broker's poll slots (traps 2, 11); the peek
-// sees it at once when it is there.
+// waiting, capped by MaxItems and room; 0 to watch (peek) instead. A count
+// of one is peeked first: that message may be one that the last batch
+// stranded on its way back to the queue, and a poll for it would wait its
+// whole PollWait holding one of the broker's poll slots (traps 2, 11); the
+// peek sees it at once when it is there.
 func (l *loop) askSize(room int) int {
 	if l.known <= 0 || l.known == 1 && l.counted {
 		l.known = 0
