@@ -145,9 +145,10 @@ type PollerStats struct {
 // would cost; an open batch may be a long task's). Several replicas on one
 // queue still overlap each other's batches (trap 12), which no Poller
 // sees: BENCHMARKS.md measures what that costs (issue 12 item 2). A batch
-// with a message given back (GiveBack)
-// stays open on the broker until its client closes, so the Poller changes
-// clients, and waits for the close, before its next poll.
+// with a message given back (GiveBack) stays open on the broker until its
+// client closes, so the Poller changes clients, and waits for the close,
+// before its next poll.
+//
 // It recycles its stream client every RecycleAfter polls, retries with
 // backoff while the broker is away and reports up/down through OnState.
 //
