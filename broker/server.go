@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/inferq/inferq/datadir"
 	pb "github.com/kubemq-io/protobuf/go"
 	"google.golang.org/grpc"
 )
@@ -158,10 +159,12 @@ func Open(opts Options) (*Server, error) {
 	if s.opts.DataDir == "" {
 		return s, nil
 	}
-	unlock, err := lockDir(s.opts.DataDir)
+	// One process per data dir, as for inferq's own (datadir).
+	lock, err := datadir.Acquire(s.opts.DataDir)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("broker: data dir: %w", err)
 	}
+	unlock := func() { _ = lock.Release() }
 	p, err := openPersister(s)
 	if err != nil {
 		unlock()

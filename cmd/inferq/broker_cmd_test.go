@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inferq/inferq/datadir"
 	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/mq"
 	"github.com/inferq/inferq/testcert"
@@ -200,7 +201,7 @@ func TestBrokerCommandDataDir(t *testing.T) {
 	addr := freeAddr(t)
 	go func() { done <- a.main(ctx, []string{"broker", "--listen", addr}) }()
 	err := ping(t, mq.Config{Address: addr})
-	_, lockErr := os.Stat(filepath.Join(dir, "LOCK"))
+	_, lockErr := os.Stat(filepath.Join(dir, datadir.LockFile))
 	cancel()
 	if err != nil {
 		t.Errorf("ping: %v", err)
