@@ -51,9 +51,6 @@ const (
 
 var walCRC = crc32.MakeTable(crc32.Castagnoli)
 
-// errTorn marks a record that is cut short or fails its check.
-var errTorn = errors.New("torn or corrupt record")
-
 // walAppend encodes one record of type typ at the end of buf; body appends
 // the payload.
 func walAppend(buf []byte, typ byte, body func([]byte) []byte) []byte {

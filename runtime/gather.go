@@ -484,8 +484,6 @@ type reqQueue struct {
 	head int
 }
 
-func (q *reqQueue) len() int { return len(q.buf) - q.head }
-
 func (q *reqQueue) push(r *Request) {
 	if q.head > 0 && len(q.buf) == cap(q.buf) {
 		n := copy(q.buf, q.buf[q.head:])
