@@ -612,7 +612,9 @@ func (q *queue) await(ctx context.Context, ch <-chan struct{}, expire <-chan tim
 
 // peek waits up to wait for max messages and returns copies of the ones at
 // the head without taking them; the copies show the receive count a
-// delivery would give. Expired messages met on the way are dropped.
+// delivery would give. Expired messages met on the way are dropped. What
+// it saw strands in an open transaction of the queue, as on KubeMQ (see
+// strandPeekedLocked).
 func (q *queue) peek(ctx context.Context, max int, wait time.Duration) ([]*pb.QueueMessage, int, error) {
 	var timer *time.Timer
 	defer func() {
@@ -641,7 +643,9 @@ func (q *queue) peek(ctx context.Context, max int, wait time.Duration) ([]*pb.Qu
 		}
 		full := len(out) >= max
 		var ch <-chan struct{}
-		if !full {
+		if full {
+			q.strandPeekedLocked(len(out))
+		} else {
 			ch = q.waitChLocked()
 			q.waiters++
 		}
@@ -657,6 +661,9 @@ func (q *queue) peek(ctx context.Context, max int, wait time.Duration) ([]*pb.Qu
 			return nil, expired, err
 		}
 		if done {
+			q.mu.Lock()
+			q.strandPeekedLocked(len(out))
+			q.mu.Unlock()
 			return out, expired, nil
 		}
 	}

@@ -79,6 +79,22 @@ func (q *queue) closeLocked(t *txn) []*pb.QueueMessage {
 	return out
 }
 
+// strandPeekedLocked moves the n messages at the head of the queue, which
+// a peek saw, into the oldest open transaction when there is one. On
+// KubeMQ a peek is a member of the queue's group that holds what it saw
+// until it closes; closing moves those messages to another open member,
+// and one whose poll has returned (an open transaction) holds them,
+// unseen, until it completes (measured: a lone task delivered 100 ms late,
+// or one batch later). With no transaction open they stay where they are.
+func (q *queue) strandPeekedLocked(n int) {
+	u := q.oldestOpenLocked()
+	if u == nil || n <= 0 {
+		return
+	}
+	u.stranded = append(u.stranded, q.popRawLocked(n)...)
+	q.countRoomLocked()
+}
+
 // oldestOpenLocked returns the oldest open transaction, or nil.
 func (q *queue) oldestOpenLocked() *txn {
 	if len(q.open) == 0 {

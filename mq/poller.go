@@ -52,6 +52,21 @@ type PollerConfig struct {
 	// 12): closing the client is what gives it back, so this bounds how
 	// long such a message waits. Default 5 s; negative disables.
 	RecycleEvery time.Duration
+	// OverlapAfter is how long a batch may be open before the Poller looks
+	// for more messages beside it, and then how often it looks again. While
+	// a batch of its own is open the Poller does not peek: on KubeMQ a peek
+	// is a member of the queue's group, and a message it saw moves, when it
+	// closes, into the open batch, where nothing sees it until that batch
+	// completes (a 100 ms redelivery at best, trap 13). It counts instead
+	// (QueuesInfo, no member) and polls what the count finds, so that a
+	// long batch does not hold up the next tasks. Default 50 ms.
+	OverlapAfter time.Duration
+	// SettleGrace bounds the first peek after a batch completes: KubeMQ
+	// closes the batch a moment after its last settlement, and a message
+	// that arrives in between moves from the closing batch to that peek
+	// with a redelivery 100 ms later. A peek closed before then gives it
+	// back to the queue at once, where the next peek sees it. Default 5 ms.
+	SettleGrace time.Duration
 	// DrainTimeout is how long Run waits, after its ctx ends, for the
 	// delivered messages to be settled before closing the stream clients,
 	// which gives the rest back to the queue uncounted. Default 30 s.
@@ -96,6 +111,8 @@ func (c *PollerConfig) validate() error {
 		c.RecycleEvery = 5 * time.Second
 	}
 	setDefault(&c.DrainTimeout, 30*time.Second)
+	setDefault(&c.OverlapAfter, 50*time.Millisecond)
+	setDefault(&c.SettleGrace, 2*time.Millisecond)
 	if c.AnswerWithin < 0 || c.AnswerWithin > 0 && c.AnswerWithin <= c.longestWait() {
 		return fmt.Errorf("mq: poller: AnswerWithin %v must exceed the peek and poll waits (%v)", c.AnswerWithin, c.longestWait())
 	}
@@ -162,11 +179,16 @@ type Poller struct {
 	mu       sync.Mutex
 	inflight int // delivered and not settled
 	held     int // in batches not completely settled: still held on the broker
+	// heldSince is when held last went from 0 to more.
+	heldSince time.Time
 	// overlapped: a batch completed while another was open, at
 	// overlappedAt; no poll until held is 0, or for PollWait (see Poller).
 	overlapped   bool
 	overlappedAt time.Time
 	room         chan struct{} // signalled when a message is settled
+	// completed: a batch completed since the last peek began (see
+	// SettleGrace).
+	completed atomic.Bool
 	maxSeq       uint64        // highest sequence received; Run's goroutine only
 
 	up      atomic.Bool
@@ -292,6 +314,7 @@ type loop struct {
 
 	retry     *backoff.ExponentialBackOff
 	known     int       // messages known to be waiting
+	looked    time.Time // the last poll that delivered, or count: see look
 	counted   bool      // known is a count (ready), not what the peek saw
 	downSince time.Time // first failure of the current client while the broker is away
 }
@@ -325,8 +348,7 @@ func (l *loop) step() {
 		return
 	}
 	if l.known <= 0 {
-		l.retireIdleClient()
-		if !l.watch() {
+		if !l.look() {
 			return
 		}
 		if ok, _ := l.p.mayPoll(l.known); !ok {
@@ -370,6 +392,33 @@ func (p *Poller) mayPoll(known int) (ok bool, retry time.Duration) {
 		return false, left
 	}
 	return true, 0
+}
+
+// look finds out whether messages wait, when none is known to: with a
+// batch of the Poller's open it does not peek (see OverlapAfter) but waits
+// for a settlement, and counts once the batch has been open OverlapAfter
+// (and every OverlapAfter after that); with none open it watches. Batches
+// open for PeekWait are watched past as well: the count subtracts what
+// they hold, which a lost stream has given back to the queue already.
+func (l *loop) look() bool {
+	if since, open := l.p.holding(); open && since < l.p.cfg.PeekWait {
+		if wait := l.p.cfg.OverlapAfter - time.Since(l.looked); wait > 0 {
+			l.waitRoom(min(wait, l.p.cfg.PeekWait-since))
+			return false
+		}
+		l.count()
+		return l.known > 0
+	}
+	l.retireIdleClient()
+	return l.watch()
+}
+
+// holding reports whether a batch of the Poller's is open on the broker,
+// and for how long one has been.
+func (p *Poller) holding() (time.Duration, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return time.Since(p.heldSince), p.held > 0
 }
 
 // waitRoom waits for a settlement (backpressure: no poll while MaxInFlight
@@ -426,8 +475,19 @@ func (l *loop) retireLeftOpen() {
 // saw a message. What the peek saw is polled at once and the rest counted
 // after delivering it: the count (QueuesInfo) costs ~10 ms on a real
 // broker, which a lone task must not wait for.
+// The first peek after a batch completed gives up after SettleGrace.
 func (l *loop) watch() bool {
-	n, err := l.p.peek(l.ctx)
+	ctx, wait := l.ctx, l.p.cfg.PeekWait
+	if l.p.completed.Swap(false) {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(l.ctx, l.p.cfg.SettleGrace)
+		defer cancel()
+	}
+	n, err := l.p.peek(ctx, wait)
+	if err != nil && ctx != l.ctx && ctx.Err() != nil && l.ctx.Err() == nil {
+		l.known = 0 // the grace passed: peek again
+		return false
+	}
 	if err != nil {
 		l.fail(err)
 		return false
@@ -465,9 +525,10 @@ func (p *Poller) free() int {
 // of one is peeked first: that message may be one that the last batch
 // stranded on its way back to the queue, and a poll for it would wait its
 // whole PollWait holding one of the broker's poll slots (traps 2, 11); the
-// peek sees it at once when it is there.
+// peek sees it at once when it is there. Not while a batch is open, when
+// the Poller does not peek (see OverlapAfter).
 func (l *loop) askSize(room int) int {
-	if l.known <= 0 || l.known == 1 && l.counted {
+	if _, open := l.p.holding(); l.known <= 0 || l.known == 1 && l.counted && !open {
 		l.known = 0
 		return 0
 	}
@@ -477,6 +538,7 @@ func (l *loop) askSize(room int) int {
 // count sets known from the broker's count (see ready).
 func (l *loop) count() {
 	l.known, l.counted = l.p.ready(l.ctx), true
+	l.looked = time.Now()
 }
 
 // pollOnce polls ask messages with the current client, delivers them,
@@ -495,6 +557,7 @@ func (l *loop) pollOnce(ask int) {
 		p.onPoll(ask, len(msgs), l.known)
 	}
 	if len(msgs) > 0 {
+		l.looked = time.Now()
 		p.deliver(l.ctx, msgs)
 	}
 	l.known -= len(msgs)
@@ -603,10 +666,10 @@ func (p *Poller) drain() {
 }
 
 // peek watches the idle queue: a legacy peek for one message, waiting up
-// to PeekWait. It returns how many it saw (0 or 1).
-func (p *Poller) peek(ctx context.Context) (int, error) {
+// to wait. It returns how many it saw (0 or 1).
+func (p *Poller) peek(ctx context.Context, wait time.Duration) (int, error) {
 	p.peeks.Add(1)
-	msgs, err := p.c.peek(ctx, p.cfg.Channel, 1, p.cfg.PeekWait)
+	msgs, err := p.c.peek(ctx, p.cfg.Channel, 1, wait)
 	return len(msgs), err
 }
 

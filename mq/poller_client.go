@@ -50,6 +50,7 @@ func (pc *pollClient) release(t *txn, last bool) {
 		if p.overlapped = p.held > 0; p.overlapped {
 			p.overlappedAt = time.Now()
 		}
+		p.completed.Store(true)
 	}
 	if pc.retired && pc.out == 0 {
 		close(pc.idle)
@@ -159,6 +160,9 @@ func (p *Poller) poll(pc *pollClient, n int) ([]*Message, error) {
 	pc.out += len(msgs)
 	pc.txns[t] = struct{}{}
 	p.inflight += len(msgs)
+	if p.held == 0 {
+		p.heldSince = time.Now()
+	}
 	p.held += len(msgs)
 	p.mu.Unlock()
 	p.msgs.Add(int64(len(msgs)))
