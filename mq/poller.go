@@ -189,7 +189,7 @@ type Poller struct {
 	// completed: a batch completed since the last peek began (see
 	// SettleGrace).
 	completed atomic.Bool
-	maxSeq       uint64        // highest sequence received; Run's goroutine only
+	maxSeq    uint64 // highest sequence received; Run's goroutine only
 
 	up      atomic.Bool
 	stateMu sync.Mutex
