@@ -65,7 +65,7 @@ type PollerConfig struct {
 	// closes the batch a moment after its last settlement, and a message
 	// that arrives in between moves from the closing batch to that peek
 	// with a redelivery 100 ms later. A peek closed before then gives it
-	// back to the queue at once, where the next peek sees it. Default 5 ms.
+	// back to the queue at once, where the next peek sees it. Default 3 ms.
 	SettleGrace time.Duration
 	// DrainTimeout is how long Run waits, after its ctx ends, for the
 	// delivered messages to be settled before closing the stream clients,
@@ -112,7 +112,7 @@ func (c *PollerConfig) validate() error {
 	}
 	setDefault(&c.DrainTimeout, 30*time.Second)
 	setDefault(&c.OverlapAfter, 50*time.Millisecond)
-	setDefault(&c.SettleGrace, 2*time.Millisecond)
+	setDefault(&c.SettleGrace, 3*time.Millisecond)
 	if c.AnswerWithin < 0 || c.AnswerWithin > 0 && c.AnswerWithin <= c.longestWait() {
 		return fmt.Errorf("mq: poller: AnswerWithin %v must exceed the peek and poll waits (%v)", c.AnswerWithin, c.longestWait())
 	}
