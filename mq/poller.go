@@ -137,7 +137,8 @@ type PollerStats struct {
 // Poller consumes one queue with one queues_stream client at a time: the
 // only poller of its queue in the process (traps 11, 12; get concurrency
 // from the pipeline behind it). An idle queue is watched with the legacy
-// peek (no stream poll waits on an empty queue, trap 11); when messages are
+// peek (no stream poll waits on an empty queue, trap 11), and only while
+// no batch of its own is open (see OverlapAfter and SettleGrace); when messages are
 // there it stream-polls at most as many as are ready (see ready), capped by
 // MaxItems, with AutoAck off. The messages of one poll are settled on the
 // broker together (see Message).
