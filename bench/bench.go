@@ -427,7 +427,7 @@ func (b *bencher) setup(ctx context.Context, m *benchModel, idle []*benchModel, 
 	log := b.log.With("mode", mode)
 	srvSpec := serverSpec{
 		conn: b.conn, clientID: "inferq-bench-" + b.runID, busy: m, queue: queue, bs: bs,
-		idle: idle, servers: b.cfg.Servers, log: log,
+		idle: idle, servers: b.cfg.Servers, shards: b.cfg.QueueShards, log: log,
 	}
 	switch mode {
 	case ModeDirect:
@@ -438,13 +438,13 @@ func (b *bencher) setup(ctx context.Context, m *benchModel, idle []*benchModel, 
 		if err != nil {
 			return nil, spec, err
 		}
-		return &sampleRun{start: b.prod.enqueueStarter(m, queue), close: w.close}, spec, nil
+		return &sampleRun{start: b.prod.enqueueStarter(m, queue, 1), close: w.close}, spec, nil
 	case ModeQueue:
 		srv, err := startServers(ctx, srvSpec)
 		if err != nil {
 			return nil, spec, err
 		}
-		return &sampleRun{start: b.prod.enqueueStarter(m, queue), fill: srv.fill, close: srv.close}, spec, nil
+		return &sampleRun{start: b.prod.enqueueStarter(m, queue, b.cfg.QueueShards), fill: srv.fill, close: srv.close}, spec, nil
 	case ModeQuery:
 		srv, err := startServers(ctx, srvSpec)
 		if err != nil {

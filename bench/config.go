@@ -14,6 +14,7 @@ import (
 	"github.com/inferq/inferq/models/examples"
 	"github.com/inferq/inferq/mq"
 	"github.com/inferq/inferq/runtime"
+	"github.com/inferq/inferq/shard"
 )
 
 // The modes of a run, in the order the report lists them.
@@ -60,8 +61,11 @@ type Config struct {
 	BrokerConn mq.Config
 	Repeat     int
 	Servers    int
-	JSONPath   string
-	PlotPath   string
+	// QueueShards spreads the queue mode's queue over that many shards
+	// (consumer.Config.QueueShards), the producers hashing task ids.
+	QueueShards int
+	JSONPath    string
+	PlotPath    string
 	// ModelsDir holds the example models (written when missing) when
 	// Table is nil.
 	ModelsDir    string
@@ -187,6 +191,8 @@ func (c *Config) checkLoad() error {
 		return fmt.Errorf("--repeat %d: want at least 1", c.Repeat)
 	case c.Servers < 1:
 		return fmt.Errorf("--servers %d: want at least 1", c.Servers)
+	case c.QueueShards < 0 || c.QueueShards > shard.Max:
+		return fmt.Errorf("--queue-shards %d: want 1 to %d", c.QueueShards, shard.Max)
 	case c.Drain <= 0:
 		return fmt.Errorf("--drain-timeout %v: want a positive duration", c.Drain)
 	case c.PlotPath != "" && !strings.HasSuffix(strings.ToLower(c.PlotPath), ".png"):

@@ -233,8 +233,8 @@ func (p *producers) close() {
 
 // enqueueStarter sends tasks for m to queue through the producer clients
 // and verifies each record that comes back on the reply channel.
-func (p *producers) enqueueStarter(m *benchModel, queue string) starter {
-	return p.starter(m, []client.Option{client.WithQueue(queue)}, func(wctx context.Context, c *client.Client, id string, fin func(error)) {
+func (p *producers) enqueueStarter(m *benchModel, queue string, shards int) starter {
+	return p.starter(m, []client.Option{client.WithQueue(queue), client.WithShards(shards)}, func(wctx context.Context, c *client.Client, id string, fin func(error)) {
 		rec, err := c.Wait(wctx, id)
 		if err != nil {
 			if wctx.Err() != nil {
@@ -390,6 +390,9 @@ type serverSpec struct {
 	// at a time, poll size 1, no batching.
 	adapter bool
 	servers int
+	// shards: the queue's shards (Config.QueueShards), each server
+	// polling the ones it owns.
+	shards int
 	// oip: each server listens for HTTP and gRPC on loopback ports.
 	oip bool
 	log *slog.Logger
@@ -434,7 +437,7 @@ func (bs *benchServer) startOne(spec serverSpec, i int) error {
 	cfg := worker.Config{
 		Broker: withClientID(spec.conn, fmt.Sprintf("%s-s%d", spec.clientID, i)),
 		Consumer: consumer.Config{Worker: "bench", IntakeWorkers: 2, Writers: 128, PollMaxItems: 128,
-			DrainTimeout: 5 * time.Second},
+			DrainTimeout: 5 * time.Second, QueueShards: spec.shards},
 		Results: models.Results{Spool: models.SpoolMemory}, // a benchmark keeps no state across runs
 		Logger:  spec.log,
 	}

@@ -48,7 +48,9 @@ func (q *queue) settled(t *txn, k int, done bool) {
 	moving := q.closeLocked(t)
 	if u := q.oldestOpenLocked(); u != nil {
 		moving = append(moving, q.popRawLocked(k)...)
-		n := min(len(moving), len(u.held)-len(u.stranded))
+		// A peek may have stranded more in u than its size
+		// (strandPeekedLocked): then nothing more moves there.
+		n := max(min(len(moving), len(u.held)-len(u.stranded)), 0)
 		u.stranded = append(u.stranded, moving[:n]...)
 		moving = moving[n:]
 	}

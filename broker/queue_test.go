@@ -607,3 +607,35 @@ func TestControlCharactersInChannelNames(t *testing.T) {
 		t.Errorf("ok.q holds %d messages, want none", n)
 	}
 }
+
+// A peek beside an open batch strands what it saw in that batch (as on
+// KubeMQ, strandPeekedLocked), even past the batch's size; a batch that
+// completes beside it then moves nothing more there, and the stranded
+// messages come back when it completes. Before, the completion sliced
+// with a negative count and panicked.
+func TestQueuePeekStrandsInAnOpenBatch(t *testing.T) {
+	t.Parallel()
+	srv := brokertest.NewServer(t, fastOpts)
+	c := rawClient(t, srv.Addr)
+	d := openDownstream(t, c)
+	const ch = "peekstrand.q"
+	rawSend(t, c, ch, "m0", "m1")
+	a, b := d.get(ch, 1, 0), d.get(ch, 1, 0)
+	rawSend(t, c, ch, "p0", "p1", "p2", "p3")
+	res, err := c.ReceiveQueueMessages(context.Background(), &pb.ReceiveQueueMessagesRequest{ClientID: "raw", Channel: ch, MaxNumberOfMessages: 3, WaitTimeSeconds: 1, IsPeak: true})
+	if err != nil || len(res.Messages) != 3 {
+		t.Fatalf("peek = %v, %v", res, err)
+	}
+	if got := len(srv.Queue(ch)); got != 1 {
+		t.Fatalf("%d waiting after the peek, want 1 (p3): the peeked three strand in the open batch", got)
+	}
+	d.send(&pb.QueuesDownstreamRequest{RequestID: "s", RequestTypeData: pb.QueuesDownstreamRequestType_AckAll, RefTransactionId: b.TransactionId})
+	if r := d.recv(); !r.TransactionComplete {
+		t.Fatalf("ack all of b = %v", r)
+	}
+	d.send(&pb.QueuesDownstreamRequest{RequestID: "s", RequestTypeData: pb.QueuesDownstreamRequestType_AckAll, RefTransactionId: a.TransactionId})
+	if r := d.recv(); !r.TransactionComplete {
+		t.Fatalf("ack all of a = %v", r)
+	}
+	waitFor(t, 2*time.Second, "the stranded back", func() bool { return len(srv.Queue(ch)) == 4 })
+}

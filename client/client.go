@@ -11,6 +11,7 @@ import (
 	"github.com/cenkalti/backoff/v5"
 
 	"github.com/inferq/inferq/mq"
+	"github.com/inferq/inferq/shard"
 	"github.com/inferq/inferq/task"
 	"github.com/inferq/inferq/tensor"
 )
@@ -305,11 +306,18 @@ type enqueueOptions struct {
 	maxRecv  int
 	dlq      string
 	binary   bool
+	shards   int
 	taskOpts []task.Option
 }
 
 // WithQueue sends to queue instead of the model's default queue.
 func WithQueue(queue string) Option { return func(o *enqueueOptions) { o.queue = queue } }
+
+// WithShards spreads the tasks over n shards of the queue (package
+// shard: <queue>, <queue>.shard-1, ...), by task id; it overrides
+// Config.QueueShards. Give the servers the same count (serve
+// --queue-shards).
+func WithShards(n int) Option { return func(o *enqueueOptions) { o.shards = n } }
 
 // WithID sets the task id (Enqueue only); default a random UUID.
 func WithID(id string) Option { return func(o *enqueueOptions) { o.id = id } }
@@ -340,7 +348,7 @@ func WithTaskOptions(opts ...task.Option) Option {
 func WithCompat() Option { return func(o *enqueueOptions) { o.compat = true } }
 
 func (c *Client) options(opts []Option) enqueueOptions {
-	o := enqueueOptions{binary: c.cfg.BinaryInputs}
+	o := enqueueOptions{binary: c.cfg.BinaryInputs, shards: c.cfg.QueueShards}
 	if c.cfg.MaxReceiveCount > 0 {
 		o.retries, o.maxRecv, o.dlq = true, c.cfg.MaxReceiveCount, c.cfg.DeadLetterQueue
 	}
@@ -372,6 +380,9 @@ func (c *Client) build(o *enqueueOptions, id, model string, inputs []tensor.Tens
 	queue := o.queue
 	if queue == "" {
 		queue = c.QueueOf(model)
+	}
+	if o.shards > 1 {
+		queue = shard.Channel(queue, shard.Pick(id, min(o.shards, shard.Max)))
 	}
 	msg := mq.OutMessage{Channel: queue, Body: body, Tags: tags}
 	if o.retries {

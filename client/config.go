@@ -57,6 +57,9 @@ type Config struct {
 	// DeadLetterQueue. Zero: no policy (inferq applies its own retries).
 	MaxReceiveCount int
 	DeadLetterQueue string
+	// QueueShards spreads tasks over that many shards of each queue, by
+	// task id (see WithShards); 0 or 1: the queue alone.
+	QueueShards int
 	// BinaryInputs sends every task in the binary form (raw tensor bytes
 	// after a JSON header), the fast path for large tensors.
 	BinaryInputs bool

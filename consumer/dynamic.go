@@ -75,11 +75,11 @@ func (s *Server) startQueue(q *queue) {
 	go func() {
 		defer s.dyn.pollers.Done()
 		defer close(done)
-		if err := q.poller.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
-			s.dyn.mu.Lock()
-			s.dyn.errs = append(s.dyn.errs, fmt.Errorf("consumer: poller %s: %w", q.name, err))
-			s.dyn.mu.Unlock()
+		if len(q.chans) == 1 {
+			s.runChannel(ctx, q, q.chans[0])
+			return
 		}
+		s.runShards(ctx, q)
 	}()
 	s.subscribeQueries(ctx, q, &s.dyn.queries)
 	stop := q.stop
@@ -134,8 +134,8 @@ func (s *Server) AddModel(m Model) error {
 		}
 	}
 	if q == nil {
-		q = newQueue(m.Config.Queue)
-		if err := s.newPoller(q); err != nil {
+		q = newQueue(m.Config.Queue, s.cfg.QueueShards)
+		if err := s.newPollers(q); err != nil {
 			return err
 		}
 		s.queues = append(s.queues, q)

@@ -79,8 +79,8 @@ func msgs(seqs ...uint64) []*mq.Message {
 // A message whose sequence is below one already received came back from
 // another consumer; batches in order are never taken for that, nor is a
 // NAcked retry.
-func TestQueueReturnedTo(t *testing.T) {
-	q := &queue{name: "q"}
+func TestChannelReturnedTo(t *testing.T) {
+	q := &channel{name: "q"}
 	if got := q.returnedTo(msgs(5, 6, 7)); strings.Contains(fmtBools(got), "1") {
 		t.Errorf("first batch: %s", fmtBools(got))
 	}

@@ -35,8 +35,8 @@ import (
 // blocks while they are behind) and returns how many it handed over: those
 // are intake's to settle. When ctx ends first, the poller gives back the
 // rest.
-func (s *Server) deliver(ctx context.Context, q *queue, batch []*mq.Message) (int, error) {
-	returned := q.returnedTo(batch)
+func (s *Server) deliver(ctx context.Context, q *queue, ch *channel, batch []*mq.Message) (int, error) {
+	returned := ch.returnedTo(batch)
 	if n := count(returned); n > 0 {
 		s.log.Info("messages another consumer gave back run alone", "queue", q.name, "messages", n, "batch", len(batch))
 	}
@@ -66,16 +66,17 @@ func (s *Server) deliver(ctx context.Context, q *queue, batch []*mq.Message) (in
 // runs alone, so that a task that kills its workers does not take its
 // batch mates with it on every replica in turn; it costs nothing more and
 // counts no crash. With one poller per queue (today), batches come in
-// order and a normal message is never taken for a returned one.
-func (q *queue) returnedTo(batch []*mq.Message) []bool {
-	before := q.seen.Load()
+// order and a normal message is never taken for a returned one. Sequences
+// are a channel's: each shard has its own.
+func (ch *channel) returnedTo(batch []*mq.Message) []bool {
+	before := ch.seen.Load()
 	out := make([]bool, len(batch))
 	top := before
 	for i, m := range batch {
 		out[i] = m.Sequence > 0 && m.Sequence < before && m.ReceiveCount <= 1
 		top = max(top, m.Sequence)
 	}
-	for cur := before; top > cur && !q.seen.CompareAndSwap(cur, top); cur = q.seen.Load() {
+	for cur := before; top > cur && !ch.seen.CompareAndSwap(cur, top); cur = ch.seen.Load() {
 	}
 	return out
 }

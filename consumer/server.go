@@ -14,6 +14,7 @@ import (
 	"github.com/inferq/inferq/mq"
 	"github.com/inferq/inferq/results"
 	"github.com/inferq/inferq/runtime"
+	"github.com/inferq/inferq/shard"
 	"github.com/inferq/inferq/tensor"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -138,6 +139,20 @@ type Config struct {
 	// StoreFullCheck is how often a paused poller asks StoreFull again
 	// (default 100 ms).
 	StoreFullCheck time.Duration
+	// QueueShards spreads every queue over that many channels (package
+	// shard): shard 0 is the queue's own name, shard i its name +
+	// ".shard-i". Each replica polls only the shards it owns among the
+	// replicas it hears on <queue>.members (ShardEvents), so that no two
+	// replicas poll one channel (KUBEMQ.md traps 12, 13). Producers that
+	// know the count spread tasks over the shards; the others send to
+	// shard 0. 0 or 1: the queue alone, polled by every replica.
+	QueueShards int
+	// ShardEvents carries the replicas' heartbeats; required with
+	// QueueShards > 1. *mq.Conn satisfies it.
+	ShardEvents shard.Events
+	// ShardBeat is how often a replica announces itself (default 500 ms;
+	// a replica not heard for 4 beats is gone).
+	ShardBeat time.Duration
 	// Now is the clock (tests).
 	Now func() time.Time
 }
@@ -176,6 +191,11 @@ func (c *Config) setDefaults() {
 	if c.QueryGroup == "" {
 		c.QueryGroup = DefaultQueryGroup
 	}
+	if c.QueueShards > 1 && c.ShardEvents == nil {
+		if ev, ok := c.Broker.(shard.Events); ok {
+			c.ShardEvents = ev
+		}
+	}
 }
 
 // Validate reports what is missing.
@@ -193,28 +213,42 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("consumer: model %q: no batcher", m.Config.Name)
 		}
 	}
+	if c.QueueShards != 0 && c.QueueShards != 1 {
+		if err := shard.Validate(c.QueueShards); err != nil {
+			return fmt.Errorf("consumer: %w", err)
+		}
+		if c.ShardEvents == nil {
+			return errors.New("consumer: queue shards without ShardEvents")
+		}
+	}
 	return nil
 }
 
 // queue is one consumed queue and the models routed from it by task_name.
 type queue struct {
-	name   string
-	table  atomic.Pointer[modelTable] // replaced whole when models come and go
-	poller *mq.Poller
+	name  string
+	table atomic.Pointer[modelTable] // replaced whole when models come and go
+	// chans are the queue's channels: the queue itself, or its shards
+	// (Config.QueueShards), shard 0 first.
+	chans []*channel
+	// split: a sharded queue's members are known and its shards split
+	// (runShards); until then the server is not ready.
+	split atomic.Bool
 	// undecided counts its messages handed to intake and not yet
 	// admitted; room is told when they are, or when a pending request of
 	// its models starts or leaves (see waitQueueRoom).
 	undecided atomic.Int64
 	room      chan struct{}
-	stop      context.CancelFunc // ends its poller and query subscription (dynamic.go)
-	// seen is the highest broker sequence delivered on the queue so far
-	// (returnedTo).
-	seen atomic.Uint64
+	stop      context.CancelFunc // ends its pollers and query subscription (dynamic.go)
 }
 
-// newQueue returns the queue called name, routing to no model yet.
-func newQueue(name string) *queue {
+// newQueue returns the queue called name over shards channels (1: the
+// queue alone), routing to no model yet.
+func newQueue(name string, shards int) *queue {
 	q := &queue{name: name, room: make(chan struct{}, 1)}
+	for _, ch := range shard.Channels(name, shards) {
+		q.chans = append(q.chans, &channel{name: ch})
+	}
 	q.table.Store(newModelTable("queue " + name))
 	return q
 }
@@ -249,12 +283,14 @@ type Server struct {
 	sender  resender
 	journal *Journal
 	fleet   *fleetCrashes // nil: crash counts are not shared
-	pub     *publisher
-	alert   *alerter
-	trace   tracing
-	queues  []*queue                   // guarded by dyn.mu once Run runs
-	models  atomic.Pointer[modelTable] // every model, for HTTP
-	dyn     dynamic                    // models added and removed while running
+	// memberID is this replica's id among a sharded queue's members.
+	memberID string
+	pub      *publisher
+	alert    *alerter
+	trace    tracing
+	queues   []*queue                   // guarded by dyn.mu once Run runs
+	models   atomic.Pointer[modelTable] // every model, for HTTP
+	dyn      dynamic                    // models added and removed while running
 
 	intake chan *delivery
 	write  chan *job
@@ -279,7 +315,8 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: logclip.Logger(cfg.Logger), met: cfg.Metrics, sender: cfg.Broker.Sender(), journal: cfg.Journal}
+	s := &Server{cfg: cfg, log: logclip.Logger(cfg.Logger), met: cfg.Metrics, sender: cfg.Broker.Sender(), journal: cfg.Journal,
+		memberID: newMemberID()}
 	if s.met == nil {
 		return nil, errors.New("consumer: no metrics")
 	}
@@ -301,7 +338,7 @@ func New(cfg Config) (*Server, error) {
 		m.met = s.met.forModel(m.Config.Name)
 		q := byQueue[m.Config.Queue]
 		if q == nil {
-			q = newQueue(m.Config.Queue)
+			q = newQueue(m.Config.Queue, s.cfg.QueueShards)
 			byQueue[q.name] = q
 			s.queues = append(s.queues, q)
 		}
@@ -330,32 +367,45 @@ func New(cfg Config) (*Server, error) {
 	s.intake = make(chan *delivery, s.cfg.MaxInFlight)
 	s.write = make(chan *job, s.cfg.MaxInFlight)
 	for _, q := range s.queues {
-		if err := s.newPoller(q); err != nil {
+		if err := s.newPollers(q); err != nil {
 			return nil, err
 		}
 	}
 	return s, nil
 }
 
-// newPoller builds q's poller.
-func (s *Server) newPoller(q *queue) error {
+// newPollers builds a poller for each of q's channels.
+func (s *Server) newPollers(q *queue) error {
+	for _, ch := range q.chans {
+		p, err := s.newPoller(q, ch)
+		if err != nil {
+			return err
+		}
+		ch.poller.Store(p)
+	}
+	return nil
+}
+
+// newPoller builds a poller of q's channel ch.
+func (s *Server) newPoller(q *queue, ch *channel) (*mq.Poller, error) {
 	p, err := s.cfg.Broker.NewPoller(mq.PollerConfig{
-		Channel:      q.name,
-		Deliver:      func(ctx context.Context, batch []*mq.Message) (int, error) { return s.deliverWhenRoom(ctx, q, batch) },
+		Channel: ch.name,
+		Deliver: func(ctx context.Context, batch []*mq.Message) (int, error) {
+			return s.deliverWhenRoom(ctx, q, ch, batch)
+		},
 		MaxItems:     s.cfg.PollMaxItems,
 		MaxInFlight:  s.cfg.MaxInFlight,
 		DrainTimeout: s.cfg.DrainTimeout,
-		OnState:      func(up bool, err error) { s.brokerState(q.name, up, err) },
+		OnState:      func(up bool, err error) { s.brokerState(ch.name, up, err) },
 		OnSettleError: func(err error) {
 			s.met.SettleErrors.Inc()
-			s.log.Warn("settle failed", "queue", q.name, "err", err)
+			s.log.Warn("settle failed", "queue", ch.name, "err", err)
 		},
 	})
 	if err != nil {
-		return fmt.Errorf("consumer: poller for %s: %w", q.name, err)
+		return nil, fmt.Errorf("consumer: poller for %s: %w", ch.name, err)
 	}
-	q.poller = p
-	return nil
+	return p, nil
 }
 
 // Ready reports whether the server takes tasks: the broker answers every
@@ -369,8 +419,13 @@ func (s *Server) Ready() bool {
 // broker.
 func (s *Server) BrokerAnswers() bool {
 	for _, q := range s.queueList() {
-		if !q.poller.Up() {
+		if len(q.chans) > 1 && !q.split.Load() {
 			return false
+		}
+		for _, ch := range q.chans {
+			if ch.runs.Load() > 0 && !ch.poller.Load().Up() {
+				return false
+			}
 		}
 	}
 	return true
@@ -383,11 +438,11 @@ func (s *Server) StoreFull() bool { return s.cfg.StoreFull != nil && s.cfg.Store
 // deliverWhenRoom is each Poller's Deliver: the batch goes to intake once
 // the result store has room, each message once its models have room
 // (max_queue_size, waitQueueRoom).
-func (s *Server) deliverWhenRoom(ctx context.Context, q *queue, batch []*mq.Message) (int, error) {
+func (s *Server) deliverWhenRoom(ctx context.Context, q *queue, ch *channel, batch []*mq.Message) (int, error) {
 	if err := s.waitStoreRoom(ctx, q); err != nil {
 		return 0, err
 	}
-	return s.deliver(ctx, q, batch)
+	return s.deliver(ctx, q, ch, batch)
 }
 
 // waitStoreRoom holds a polled batch while the result store is full. The
@@ -413,12 +468,15 @@ func (s *Server) waitStoreRoom(ctx context.Context, q *queue) error {
 	return nil
 }
 
-// PollerStats reports each queue's poller counters, by queue.
+// PollerStats reports the poller counters of each channel (a queue, or
+// a shard of one), by channel; a shard's are its current poller's.
 func (s *Server) PollerStats() map[string]mq.PollerStats {
 	qs := s.queueList()
 	out := make(map[string]mq.PollerStats, len(qs))
 	for _, q := range qs {
-		out[q.name] = q.poller.Stats()
+		for _, ch := range q.chans {
+			out[ch.name] = ch.poller.Load().Stats()
+		}
 	}
 	return out
 }
@@ -484,18 +542,24 @@ func (s *Server) sampleDepth(ctx context.Context) {
 	defer t.Stop()
 	for {
 		qs := s.queueList() // models come and go (dynamic.go)
-		names := make([]string, len(qs))
-		for i, q := range qs {
-			names[i] = q.name
+		var names []string
+		for _, q := range qs {
+			for _, ch := range q.chans {
+				names = append(names, ch.name)
+			}
 		}
 		filter := mq.InfoFilter(names...)
 		qctx, cancel := context.WithTimeout(ctx, s.cfg.DepthEvery)
 		info, err := s.cfg.Broker.QueuesInfo(qctx, filter)
 		cancel()
 		if err == nil {
-			for _, n := range names {
-				q, _ := mq.LookupInfo(info, n)
-				s.met.QueueDepth.WithLabelValues(n).Set(float64(q.Waiting))
+			for _, q := range qs {
+				var depth int64 // the shards' sum
+				for _, ch := range q.chans {
+					c, _ := mq.LookupInfo(info, ch.name)
+					depth += c.Waiting
+				}
+				s.met.QueueDepth.WithLabelValues(q.name).Set(float64(depth))
 			}
 		}
 		select {

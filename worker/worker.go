@@ -276,6 +276,9 @@ func (w *Worker) newConsumer(context.Context) error {
 	if cc.CrashEvents == nil && !w.cfg.LocalCrashCounts {
 		cc.CrashEvents = w.conn // the fleet's crash budget (consumer.fleetCrashes)
 	}
+	if cc.ShardEvents == nil && cc.QueueShards > 1 {
+		cc.ShardEvents = w.conn // the replicas of a sharded queue (package shard)
+	}
 	cc.StoreFull = w.store.Full // a full spool stops intake and readiness
 	cc.Logger = w.log.With("component", "consumer")
 	if cc.Metrics == nil {

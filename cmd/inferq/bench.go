@@ -117,6 +117,7 @@ func registerBenchFlags(fs *pflag.FlagSet, c *bench.Config) {
 	fs.StringArrayVar(&c.Devices, "device", nil, "device to run on (cpu, cuda:0, ...); repeat for one row per device (default: the config's placement)")
 	fs.StringVar(&c.Broker, "broker", "", "KubeMQ gRPC address host:port (default: an embedded broker in this process)")
 	fs.IntVar(&c.Repeat, "repeat", 1, "samples per row; the table shows the median and the spread")
+	fs.IntVar(&c.QueueShards, "queue-shards", 1, "queue mode: spread the queue over this many shards (serve --queue-shards), the producers hashing task ids and each server polling the shards it owns")
 	fs.IntVar(&c.Servers, "servers", 1, "inferq servers consuming the queue (queue, query, http and grpc modes; http and grpc spread requests over them), each with its own connection and poller")
 	fs.StringVar(&c.JSONPath, "json", "", "write every sample (with every latency) as JSON to FILE")
 	fs.StringVar(&c.PlotPath, "plot", "", "draw throughput and p99 latency against batch size per mode into FILE.png")

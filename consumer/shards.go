@@ -1,0 +1,139 @@
+package consumer
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/inferq/inferq/mq"
+	"github.com/inferq/inferq/shard"
+)
+
+// channel is one channel of a queue: the queue itself, or one of its
+// shards (Config.QueueShards), with the poller that consumes it.
+type channel struct {
+	name string
+	// poller is the channel's current poller: a Poller runs once, so a
+	// shard owned again gets a new one.
+	poller atomic.Pointer[mq.Poller]
+	used   atomic.Bool  // poller has been run
+	runs   atomic.Int32 // pollers of the channel running now
+	// seen is the highest broker sequence delivered on the channel so far
+	// (returnedTo).
+	seen atomic.Uint64
+}
+
+// newMemberID is a replica's id among a queue's shard members: random per
+// process, so a restarted replica is a new member.
+func newMemberID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "inferq-" + hex.EncodeToString(b[:])
+}
+
+// runChannel runs a poller of q's channel ch until ctx ends and it has
+// drained; its error goes to the server's.
+func (s *Server) runChannel(ctx context.Context, q *queue, ch *channel) {
+	p := ch.poller.Load()
+	if ch.used.Swap(true) {
+		np, err := s.newPoller(q, ch)
+		if err != nil {
+			s.dynErr(err)
+			return
+		}
+		ch.poller.Store(np)
+		p = np
+	}
+	ch.runs.Add(1)
+	defer ch.runs.Add(-1)
+	if err := p.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		s.dynErr(fmt.Errorf("consumer: poller %s: %w", ch.name, err))
+	}
+}
+
+// PollingChannels are the channels this server polls now (a queue, or
+// the shards of one it owns), sorted.
+func (s *Server) PollingChannels() []string {
+	var out []string
+	for _, q := range s.queueList() {
+		for _, ch := range q.chans {
+			if ch.runs.Load() > 0 {
+				out = append(out, ch.name)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (s *Server) dynErr(err error) {
+	s.dyn.mu.Lock()
+	s.dyn.errs = append(s.dyn.errs, err)
+	s.dyn.mu.Unlock()
+}
+
+// runShards consumes the shards of q that this replica owns among the
+// members it hears (package shard) until ctx ends: a shard it stops owning
+// is let go (its poller drains what it delivered, in the background), one
+// it comes to own is polled at once. It announces its leaving when ctx
+// ends, so that the others take its shards while its pollers drain.
+func (s *Server) runShards(ctx context.Context, q *queue) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	m, err := shard.NewMembers(s.cfg.ShardEvents, q.name, s.memberID, s.cfg.ShardBeat, s.log)
+	if err != nil {
+		s.dynErr(fmt.Errorf("consumer: queue %s shards: %w", q.name, err))
+		return
+	}
+	wg.Add(1)
+	go func() { defer wg.Done(); m.Run(ctx) }()
+	running := map[int]context.CancelFunc{}
+	var owned []int
+	apply := func() {
+		var want []int
+		if m.Ready() {
+			want = shard.Owned(m.Self(), m.Live(), len(q.chans))
+			defer q.split.Store(true)
+		}
+		if slices.Equal(want, owned) {
+			return
+		}
+		s.log.Info("queue shards owned", "queue", q.name, "shards", want, "of", len(q.chans), "members", m.Live())
+		owned = want
+		for i, stop := range running {
+			if !slices.Contains(want, i) {
+				stop()
+				delete(running, i)
+			}
+		}
+		for _, i := range want {
+			if running[i] != nil {
+				continue
+			}
+			sctx, stop := context.WithCancel(ctx)
+			running[i] = stop
+			wg.Add(1)
+			go func() { defer wg.Done(); s.runChannel(sctx, q, q.chans[i]) }()
+		}
+	}
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			for _, stop := range running {
+				stop()
+			}
+			return
+		case <-m.Changed():
+		case <-t.C:
+		}
+		apply()
+	}
+}

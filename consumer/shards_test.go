@@ -1,0 +1,107 @@
+package consumer_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/inferq/inferq/consumer"
+	"github.com/inferq/inferq/mq"
+	"github.com/inferq/inferq/shard"
+	"github.com/inferq/inferq/task"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Two servers on a queue of four shards split them, each shard polled by
+// one server only; every task, sent to the shard its id hashes to, is done
+// once. When one server stops, the other takes its shards over at once
+// (the leaving heartbeat), and the tasks sent after that are done too.
+func TestShardedQueueTwoServers(t *testing.T) {
+	forBrokers(t, func(t *testing.T, on brokerOpt) {
+		const shards = 4
+		sharded := func(cc *consumer.Config) { cc.QueueShards, cc.ShardBeat = shards, 50*time.Millisecond }
+		h := newHarness(t, on, withConfig(sharded))
+		second := startSharded(t, h, sharded)
+		servers := []*consumer.Server{h.cons, second.srv}
+		// Wait for the two to find each other and split the shards.
+		waitFor(t, 20*time.Second, "the servers to split the shards", func() bool {
+			return ownedChannels(h.cons) == shards/2 && ownedChannels(second.srv) == shards/2
+		})
+		send := func(from, n int) {
+			for i := from; i < from+n; i++ {
+				id := fmt.Sprintf("s%d", i)
+				m := h.taskMsg(id, testModel, 1, float32(i))
+				m.Channel = shard.Channel(h.q, shard.Pick(id, shards))
+				h.sendMsg(m)
+			}
+		}
+		send(0, 200)
+		for i := range 200 {
+			if r := h.record(fmt.Sprintf("s%d", i)); r.Status != task.StatusSuccess {
+				t.Fatalf("task s%d: %s %s", i, r.Status, r.Error)
+			}
+		}
+		// Each shard was polled by one server.
+		for i, ch := range shard.Channels(h.q, shards) {
+			took := 0
+			for _, srv := range servers {
+				if srv.PollerStats()[ch].Messages > 0 {
+					took++
+				}
+			}
+			if took != 1 {
+				t.Errorf("shard %d (%s) polled by %d servers, want 1", i, ch, took)
+			}
+		}
+		if n := h.fake.total.Load() + second.fake.total.Load(); n != 200 {
+			t.Errorf("%d runs for 200 tasks", n)
+		}
+		second.stop()
+		waitFor(t, 10*time.Second, "the first server to own every shard", func() bool { return ownedChannels(h.cons) == shards })
+		send(200, 40)
+		for i := 200; i < 240; i++ {
+			if r := h.record(fmt.Sprintf("s%d", i)); r.Status != task.StatusSuccess {
+				t.Fatalf("task s%d: %s %s", i, r.Status, r.Error)
+			}
+		}
+	})
+}
+
+// ownedChannels counts the channels srv polls now.
+func ownedChannels(srv *consumer.Server) int { return len(srv.PollingChannels()) }
+
+type shardedServer struct {
+	srv  *consumer.Server
+	fake *fakeBatcher
+	stop func()
+}
+
+// startSharded starts a second server of h's model and queue, storing its
+// results through h's store (so that they reach h's reply channel).
+func startSharded(t *testing.T, h *harness, configure func(*consumer.Config)) *shardedServer {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	conn, err := mq.Dial(ctx, mq.Config{Address: h.addr, ClientID: "inferq-sharded-" + strings.ReplaceAll(t.Name(), "/", "-")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	met, err := consumer.NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := newFakeBatcher()
+	cfg := consumer.Config{Broker: conn, Store: h.store, Metrics: met,
+		Models: []consumer.Model{{Config: h.cfg.model, Info: fakeInfo, Batcher: fake}}, Writers: 4, IntakeWorkers: 1}
+	configure(&cfg)
+	srv, err := consumer.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Run(ctx); conn.Close() }()
+	stop := func() { cancel(); <-done }
+	t.Cleanup(stop)
+	return &shardedServer{srv: srv, fake: fake, stop: stop}
+}
