@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/inferq/inferq/shard"
 )
 
 // The keys of a ScaledObject trigger's metadata that the scaler reads. KEDA
@@ -24,6 +26,11 @@ const (
 	// Optional, a whole number >= 0; default 0, so one waiting task wakes
 	// the Deployment.
 	KeyActivationDepth = "activationDepth"
+	// KeyQueueShards is the shard count of the queues (serve
+	// --queue-shards): each queue's depth is the sum of its shards'
+	// (<queue>, <queue>.shard-1, ...). Optional, 1 to shard.Max;
+	// default 1.
+	KeyQueueShards = "queueShards"
 )
 
 // MetricName is the name of the one metric the scaler reports (KEDA
@@ -75,6 +82,20 @@ func ParseTarget(md map[string]string) (Target, error) {
 	activation, err := parseCount(md, KeyActivationDepth, 0, false)
 	if err != nil {
 		return Target{}, err
+	}
+	shards, err := parseCount(md, KeyQueueShards, 1, false)
+	if err != nil {
+		return Target{}, err
+	}
+	if shards > shard.Max {
+		return Target{}, &MetadataError{Field: KeyQueueShards, Msg: fmt.Sprintf("%d: at most %d", shards, shard.Max)}
+	}
+	if shards > 1 {
+		var all []string
+		for _, q := range queues {
+			all = append(all, shard.Channels(q, int(shards))...)
+		}
+		queues = all
 	}
 	return Target{Queues: queues, TargetDepth: target, ActivationDepth: activation}, nil
 }
