@@ -41,6 +41,7 @@ func TestChaos(t *testing.T) {
 		{"item8-json", item8JSON},
 		{"item9-tls", item9TLS},
 		{"fleet", fleet},
+		{"fleet-sharded", fleet},
 	} {
 		t.Run(sc.name, func(t *testing.T) { sc.run(t, sc.name) })
 	}

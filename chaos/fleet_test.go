@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/inferq/inferq/mq"
+	"github.com/inferq/inferq/shard"
+	"github.com/inferq/inferq/task"
 )
 
 // fleetSize is the fleet scenario's scale (issue 12 item 5).
@@ -35,6 +37,9 @@ func fleetForm() fleetSize {
 
 // fleetReplicas is the number of inferq processes on the one queue.
 const fleetReplicas = 3
+
+// fleetShards is fleet-sharded's --queue-shards.
+const fleetShards = 3
 
 // fleetRunDelay is added to every batch's inference (the faultinject
 // build's INFERQ_FAULT_RUN_DELAY), like a model on a GPU: mlp alone runs
@@ -68,8 +73,16 @@ func fleetRetries(kills int) int { return 2*kills + 2 }
 // lost; a dead letter fails (fleetRetries makes one impossible). The
 // replicas are the -tags faultinject build with fleetRunDelay per batch, so
 // that kills land mid-inference; the full form fails when none did.
+//
+// fleet-sharded is the same with the queue spread over fleetShards shards
+// (serve --queue-shards) and each task sent to the shard its id hashes
+// to: the kills and the scale-down move shards between the replicas.
 func fleet(t *testing.T, name string) {
 	f := fleetForm()
+	shards := 1
+	if name == "fleet-sharded" {
+		shards = fleetShards
+	}
 	retries := fleetRetries(f.kills)
 	r := newRig(t, name, rigOptions{model: batching + fmt.Sprintf("    retries: {max_retries: %d}\n", retries), attempts: retries + 1})
 	bin, err := r.h.faultBinary()
@@ -82,6 +95,9 @@ func fleet(t *testing.T, name string) {
 		if f.crashHold > 0 {
 			args = append(args, "--crash-hold", f.crashHold.String())
 		}
+		if shards > 1 {
+			args = append(args, "--queue-shards", fmt.Sprint(shards))
+		}
 		return serveOptions{bin: bin, env: []string{"INFERQ_FAULT_RUN_DELAY=" + fleetRunDelay.String()}, args: args,
 			watch: []string{crashPublished}}
 	}
@@ -93,6 +109,9 @@ func fleet(t *testing.T, name string) {
 		s.waitReady(t, 60*time.Second)
 	}
 	msgs, es := r.fleetTasks(f.tasks)
+	for i := range msgs {
+		msgs[i].Channel = shard.Channel(msgs[i].Channel, shard.Pick(msgs[i].Tags[task.TagTaskID], shards))
+	}
 	r.led.add(es...)
 	slice := (len(msgs) + f.kills) / (f.kills + 1)
 	termed := make(chan error, 1)
