@@ -150,8 +150,8 @@ type Config struct {
 	// ShardEvents carries the replicas' heartbeats; required with
 	// QueueShards > 1. *mq.Conn satisfies it.
 	ShardEvents shard.Events
-	// ShardBeat is how often a replica announces itself (default 500 ms;
-	// a replica not heard for 4 beats is gone).
+	// ShardBeat is how often a replica announces itself (default 1 s; a
+	// replica not heard for 5 beats is gone).
 	ShardBeat time.Duration
 	// Now is the clock (tests).
 	Now func() time.Time

@@ -26,7 +26,9 @@ func MembersChannel(queue string) string { return queue + ".members" }
 // Members tracks the replicas consuming one queue: each publishes its id
 // on the queue's members channel (plain events, not stored) every Beat,
 // and one that stops publishes a last one marked leaving. A member not
-// heard from for 4 x Beat is gone. Members is safe for concurrent use.
+// heard from for 5 x Beat is gone: long enough that a replica slowed by a
+// saturated host is not taken for a dead one (its shards would then be
+// polled twice). Members is safe for concurrent use.
 type Members struct {
 	ev      Events
 	channel string
@@ -41,13 +43,13 @@ type Members struct {
 }
 
 // NewMembers returns the tracker of queue's replicas for the member self
-// (an id of [A-Za-z0-9_-], unique per process). beat <= 0 means 500 ms.
+// (an id of [A-Za-z0-9_-], unique per process). beat <= 0 means 1 s.
 func NewMembers(ev Events, queue, self string, beat time.Duration, log *slog.Logger) (*Members, error) {
 	if err := validID(self); err != nil {
 		return nil, err
 	}
 	if beat <= 0 {
-		beat = 500 * time.Millisecond
+		beat = time.Second
 	}
 	return &Members{ev: ev, channel: MembersChannel(queue), self: self, beat: beat, log: log,
 		seen: map[string]time.Time{}, changed: make(chan struct{}, 1)}, nil
@@ -57,7 +59,7 @@ func NewMembers(ev Events, queue, self string, beat time.Duration, log *slog.Log
 func (m *Members) Self() string { return m.self }
 
 // expiry is how long a member stays without a heartbeat.
-func (m *Members) expiry() time.Duration { return 4 * m.beat }
+func (m *Members) expiry() time.Duration { return 5 * m.beat }
 
 // Changed is signalled when the live members change, and once when the
 // tracker is ready (see Ready).
@@ -171,17 +173,18 @@ func (m *Members) read(events <-chan mq.Event) {
 func (m *Members) expire() {
 	m.mu.Lock()
 	now := time.Now()
-	gone := false
+	var gone []string
 	for id, at := range m.seen {
 		if now.Sub(at) > m.expiry() {
 			delete(m.seen, id)
-			gone = true
+			gone = append(gone, id)
 		}
 	}
 	live := m.liveLocked(now)
 	m.mu.Unlock()
-	if gone {
-		m.log.Info("queue shard members changed", "channel", m.channel, "members", live)
+	if len(gone) > 0 {
+		m.log.Warn("queue shard member silent, taken as gone: its shards pass to the others", "channel", m.channel,
+			"gone", gone, "silent_for", m.expiry(), "members", live)
 		m.signal()
 	}
 }
