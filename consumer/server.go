@@ -283,7 +283,8 @@ type Server struct {
 	sender  resender
 	journal *Journal
 	fleet   *fleetCrashes // nil: crash counts are not shared
-	// memberID is this replica's id among a sharded queue's members.
+	// memberID is this replica's id among a sharded queue's members
+	// (memberID).
 	memberID string
 	pub      *publisher
 	alert    *alerter
@@ -315,14 +316,14 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: logclip.Logger(cfg.Logger), met: cfg.Metrics, sender: cfg.Broker.Sender(), journal: cfg.Journal,
-		memberID: newMemberID()}
+	s := &Server{cfg: cfg, log: logclip.Logger(cfg.Logger), met: cfg.Metrics, sender: cfg.Broker.Sender(), journal: cfg.Journal}
 	if s.met == nil {
 		return nil, errors.New("consumer: no metrics")
 	}
 	if s.journal == nil {
 		s.journal, _ = OpenJournal("")
 	}
+	s.memberID = memberID(s.journal)
 	s.pub = newPublisher(cfg.Broker, cfg.ProgressBuffer, s.met.ProgressDrops.Inc, s.log)
 	s.alert = newAlerter(s.pub, cfg.AlertWebhook, cfg.AlertWebhookTimeout, s.met.AlertDrops.Inc, s.log)
 	s.trace = newTracing(cfg.TracerProvider)

@@ -2,8 +2,6 @@ package consumer
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -29,13 +27,12 @@ type channel struct {
 	seen atomic.Uint64
 }
 
-// newMemberID is a replica's id among a queue's shard members: random per
-// process, so a restarted replica is a new member.
-func newMemberID() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return "inferq-" + hex.EncodeToString(b[:])
-}
+// memberID is a replica's id among a queue's shard members: its journal's
+// id, which a data dir keeps across restarts, so that a replica killed and
+// restarted on its volume takes its own shards back instead of making the
+// others split them twice (once at its return, again when its old id
+// expires). Without a data dir the journal's id is new per process.
+func memberID(j *Journal) string { return "inferq-" + j.ID() }
 
 // runChannel runs a poller of q's channel ch until ctx ends and it has
 // drained; its error goes to the server's.
