@@ -72,6 +72,9 @@ func (s *Server) startQueue(q *queue) {
 	q.stop = cancel
 	done := make(chan struct{})
 	s.dyn.pollers.Add(1)
+	if len(q.chans) == 1 {
+		q.chans[0].runs.Add(1)
+	}
 	go func() {
 		defer s.dyn.pollers.Done()
 		defer close(done)

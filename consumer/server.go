@@ -420,7 +420,15 @@ func (s *Server) Ready() bool {
 // broker.
 func (s *Server) BrokerAnswers() bool {
 	for _, q := range s.queueList() {
-		if len(q.chans) > 1 && !q.split.Load() {
+		if len(q.chans) == 1 {
+			if !q.chans[0].poller.Load().Up() {
+				return false
+			}
+			continue
+		}
+		// A sharded queue: its shards are split, and the pollers of
+		// those this server owns answer.
+		if !q.split.Load() {
 			return false
 		}
 		for _, ch := range q.chans {

@@ -35,8 +35,11 @@ type channel struct {
 func memberID(j *Journal) string { return "inferq-" + j.ID() }
 
 // runChannel runs a poller of q's channel ch until ctx ends and it has
-// drained; its error goes to the server's.
+// drained; its error goes to the server's. The caller counts the run in
+// ch.runs before it starts runChannel's goroutine (so that readiness
+// never sees an owned shard without its poller); runChannel uncounts it.
 func (s *Server) runChannel(ctx context.Context, q *queue, ch *channel) {
+	defer ch.runs.Add(-1)
 	p := ch.poller.Load()
 	if ch.used.Swap(true) {
 		np, err := s.newPoller(q, ch)
@@ -47,8 +50,6 @@ func (s *Server) runChannel(ctx context.Context, q *queue, ch *channel) {
 		ch.poller.Store(np)
 		p = np
 	}
-	ch.runs.Add(1)
-	defer ch.runs.Add(-1)
 	if err := p.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		s.dynErr(fmt.Errorf("consumer: poller %s: %w", ch.name, err))
 	}
@@ -115,6 +116,7 @@ func (s *Server) runShards(ctx context.Context, q *queue) {
 			}
 			sctx, stop := context.WithCancel(ctx)
 			running[i] = stop
+			q.chans[i].runs.Add(1)
 			wg.Add(1)
 			go func() { defer wg.Done(); s.runChannel(sctx, q, q.chans[i]) }()
 		}

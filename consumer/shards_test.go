@@ -105,3 +105,25 @@ func startSharded(t *testing.T, h *harness, configure func(*consumer.Config)) *s
 	t.Cleanup(stop)
 	return &shardedServer{srv: srv, fake: fake, stop: stop}
 }
+
+// A server is not ready before its pollers answer the broker: before Run,
+// with a queue alone or sharded. Before, a queue whose poller had not
+// started yet counted as answering, and inferq bench's query probe went
+// out before the query subscription was live.
+func TestNotReadyBeforeThePollersAnswer(t *testing.T) {
+	h := newHarness(t)
+	for _, shards := range []int{1, 3} {
+		met, err := consumer.NewMetrics(prometheus.NewRegistry())
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv, err := consumer.New(consumer.Config{Broker: h.prod, Store: nopStore{}, Metrics: met, QueueShards: shards,
+			Models: []consumer.Model{{Config: h.cfg.model, Info: fakeInfo, Batcher: newFakeBatcher()}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if srv.Ready() {
+			t.Errorf("%d shard(s): ready before Run", shards)
+		}
+	}
+}
