@@ -179,11 +179,21 @@ func TestPriorityLevelsUnderLoad(t *testing.T) {
 	})
 	h.send("block", 1, 0)
 	waitFor(t, 10*time.Second, "the first run", func() bool { return h.cons.PollerStats()[h.q].Messages == 1 && h.pending() == 0 })
-	h.send("low1", 1, 31, task.WithPriority(3))
-	h.send("def1", 1, 21) // the default level, 2
-	h.send("low2", 1, 32, task.WithPriority(3))
-	h.send("high1", 1, 11, task.WithPriority(1))
-	waitFor(t, 10*time.Second, "four pending", func() bool { return h.pending() == 4 })
+	// One at a time: the intake workers admit the messages of one polled
+	// batch in parallel, so arrival order is the order they reach the
+	// batcher, which pacing the sends makes the order sent.
+	for i, tk := range []struct {
+		id       string
+		key      float32
+		priority int
+	}{{"low1", 31, 3}, {"def1", 21, 0}, {"low2", 32, 3}, {"high1", 11, 1}} {
+		var opts []task.Option
+		if tk.priority > 0 {
+			opts = append(opts, task.WithPriority(tk.priority))
+		}
+		h.send(tk.id, 1, tk.key, opts...) // no priority: the default level, 2
+		waitFor(t, 10*time.Second, fmt.Sprintf("%d pending", i+1), func() bool { return h.pending() == float64(i+1) })
+	}
 	httpDone := make(chan int)
 	go func() {
 		// A sync request of level 3 goes ahead of the queued ones of its
