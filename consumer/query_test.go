@@ -17,7 +17,6 @@ import (
 	"github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/task"
 	"github.com/inferq/inferq/tensor"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -350,24 +349,7 @@ func TestQueryTwoServersOneGroup(t *testing.T) {
 // own batcher and a store that keeps nothing, stopped at cleanup.
 func startSecond(t *testing.T, h *harness, b consumer.Batcher) *consumer.Server {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	conn, err := mq.Dial(ctx, mq.Config{Address: h.addr, ClientID: "inferq-second-" + strings.ReplaceAll(t.Name(), "/", "-")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	met, err := consumer.NewMetrics(prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := consumer.New(consumer.Config{Broker: conn, Store: nopStore{}, Metrics: met,
-		Models: []consumer.Model{{Config: h.cfg.model, Info: fakeInfo, Batcher: b}}, Writers: 2, IntakeWorkers: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = srv.Run(ctx); conn.Close() }()
-	t.Cleanup(func() { cancel(); <-done })
-	return srv
+	return startPeer(t, h, b, nopStore{}, nil).srv
 }
 
 type nopStore struct{}

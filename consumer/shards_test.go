@@ -23,7 +23,9 @@ func TestShardedQueueTwoServers(t *testing.T) {
 		const shards = 4
 		sharded := func(cc *consumer.Config) { cc.QueueShards, cc.ShardBeat = shards, 50*time.Millisecond }
 		h := newHarness(t, on, withConfig(sharded))
-		second := startSharded(t, h, sharded)
+		fake := newFakeBatcher()
+		// Its results go through h's store, to h's reply channel.
+		second := startPeer(t, h, fake, h.store, sharded)
 		servers := []*consumer.Server{h.cons, second.srv}
 		// Wait for the two to find each other and split the shards.
 		waitFor(t, 20*time.Second, "the servers to split the shards", func() bool {
@@ -55,7 +57,7 @@ func TestShardedQueueTwoServers(t *testing.T) {
 				t.Errorf("shard %d (%s) polled by %d servers, want 1", i, ch, took)
 			}
 		}
-		if n := h.fake.total.Load() + second.fake.total.Load(); n != 200 {
+		if n := h.fake.total.Load() + fake.total.Load(); n != 200 {
 			t.Errorf("%d runs for 200 tasks", n)
 		}
 		second.stop()
@@ -72,18 +74,18 @@ func TestShardedQueueTwoServers(t *testing.T) {
 // ownedChannels counts the channels srv polls now.
 func ownedChannels(srv *consumer.Server) int { return len(srv.PollingChannels()) }
 
-type shardedServer struct {
+// peer is a second server of a harness's model and queue.
+type peer struct {
 	srv  *consumer.Server
-	fake *fakeBatcher
 	stop func()
 }
 
-// startSharded starts a second server of h's model and queue, storing its
-// results through h's store (so that they reach h's reply channel).
-func startSharded(t *testing.T, h *harness, configure func(*consumer.Config)) *shardedServer {
+// startPeer starts a second server of h's model and queue with batcher b
+// and store, configured by configure (when set).
+func startPeer(t *testing.T, h *harness, b consumer.Batcher, store consumer.Store, configure func(*consumer.Config)) *peer {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	conn, err := mq.Dial(ctx, mq.Config{Address: h.addr, ClientID: "inferq-sharded-" + strings.ReplaceAll(t.Name(), "/", "-")})
+	conn, err := mq.Dial(ctx, mq.Config{Address: h.addr, ClientID: "inferq-second-" + strings.ReplaceAll(t.Name(), "/", "-")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,10 +93,11 @@ func startSharded(t *testing.T, h *harness, configure func(*consumer.Config)) *s
 	if err != nil {
 		t.Fatal(err)
 	}
-	fake := newFakeBatcher()
-	cfg := consumer.Config{Broker: conn, Store: h.store, Metrics: met,
-		Models: []consumer.Model{{Config: h.cfg.model, Info: fakeInfo, Batcher: fake}}, Writers: 4, IntakeWorkers: 1}
-	configure(&cfg)
+	cfg := consumer.Config{Broker: conn, Store: store, Metrics: met,
+		Models: []consumer.Model{{Config: h.cfg.model, Info: fakeInfo, Batcher: b}}, Writers: 4, IntakeWorkers: 1}
+	if configure != nil {
+		configure(&cfg)
+	}
 	srv, err := consumer.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -103,7 +106,7 @@ func startSharded(t *testing.T, h *harness, configure func(*consumer.Config)) *s
 	go func() { defer close(done); _ = srv.Run(ctx); conn.Close() }()
 	stop := func() { cancel(); <-done }
 	t.Cleanup(stop)
-	return &shardedServer{srv: srv, fake: fake, stop: stop}
+	return &peer{srv: srv, stop: stop}
 }
 
 // A server is not ready before its pollers answer the broker: before Run,
