@@ -161,8 +161,9 @@ type PollerStats struct {
 // open (it may have stranded messages there): then the Poller polls again
 // only when none is open, or after PollWait (the most an over-asking poll
 // would cost; an open batch may be a long task's). Several replicas on one
-// queue still overlap each other's batches (trap 12), which no Poller
-// sees: BENCHMARKS.md measures what that costs (issue 12 item 2). A batch
+// channel overlap each other's batches and peeks (trap 12), which no
+// Poller sees: a sharded queue (package shard) gives each channel one
+// consumer (BENCHMARKS.md measures both, issue 12 item 2). A batch
 // with a message given back (GiveBack) stays open on the broker until its
 // client closes, so the Poller changes clients, and waits for the close,
 // before its next poll.
