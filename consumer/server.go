@@ -213,7 +213,7 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("consumer: model %q: no batcher", m.Config.Name)
 		}
 	}
-	if c.QueueShards != 0 && c.QueueShards != 1 {
+	if c.QueueShards < 0 || c.QueueShards > 1 {
 		if err := shard.Validate(c.QueueShards); err != nil {
 			return fmt.Errorf("consumer: %w", err)
 		}

@@ -94,31 +94,35 @@ func (s *Server) runShards(ctx context.Context, q *queue) {
 	running := map[int]context.CancelFunc{}
 	var owned []int
 	apply := func() {
+		ready := m.Ready()
 		var want []int
-		if m.Ready() {
+		if ready {
 			want = shard.Owned(m.Self(), m.Live(), len(q.chans))
-			defer q.split.Store(true)
 		}
-		if slices.Equal(want, owned) {
-			return
-		}
-		s.log.Info("queue shards owned", "queue", q.name, "shards", want, "of", len(q.chans), "members", m.Live())
-		owned = want
-		for i, stop := range running {
-			if !slices.Contains(want, i) {
-				stop()
-				delete(running, i)
+		if !slices.Equal(want, owned) {
+			s.log.Info("queue shards owned", "queue", q.name, "shards", want, "of", len(q.chans), "members", m.Live())
+			owned = want
+			for i, stop := range running {
+				if !slices.Contains(want, i) {
+					stop()
+					delete(running, i)
+				}
+			}
+			for _, i := range want {
+				if running[i] != nil {
+					continue
+				}
+				sctx, stop := context.WithCancel(ctx)
+				running[i] = stop
+				q.chans[i].runs.Add(1)
+				wg.Add(1)
+				go func() { defer wg.Done(); s.runChannel(sctx, q, q.chans[i]) }()
 			}
 		}
-		for _, i := range want {
-			if running[i] != nil {
-				continue
-			}
-			sctx, stop := context.WithCancel(ctx)
-			running[i] = stop
-			q.chans[i].runs.Add(1)
-			wg.Add(1)
-			go func() { defer wg.Done(); s.runChannel(sctx, q, q.chans[i]) }()
+		// Split once the owned shards' pollers are counted, so that
+		// readiness (BrokerAnswers) waits for them to answer.
+		if ready {
+			q.split.Store(true)
 		}
 	}
 	t := time.NewTicker(time.Second)

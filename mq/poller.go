@@ -137,9 +137,9 @@ type PollerStats struct {
 // Poller consumes one queue with one queues_stream client at a time: the
 // only poller of its queue in the process (traps 11, 12; get concurrency
 // from the pipeline behind it). An idle queue is watched with the legacy
-// peek (no stream poll waits on an empty queue, trap 11), and only while
-// no batch of its own is open (see OverlapAfter and SettleGrace); when messages are
-// there it stream-polls at most as many as are ready (see ready), capped by
+// peek (no stream poll waits on an empty queue, trap 11), only while no
+// batch of its own is open (see OverlapAfter and SettleGrace); when
+// messages are there it stream-polls at most as many as are ready (see ready), capped by
 // MaxItems, with AutoAck off. The messages of one poll are settled on the
 // broker together (see Message).
 //
@@ -476,17 +476,18 @@ func (l *loop) retireLeftOpen() {
 // slot of the broker's stream poll pool (trap 11), and reports whether it
 // saw a message. What the peek saw is polled at once and the rest counted
 // after delivering it: the count (QueuesInfo) costs ~10 ms on a real
-// broker, which a lone task must not wait for.
-// The first peek after a batch completed gives up after SettleGrace.
+// broker, which a lone task must not wait for. The first peek after a
+// batch completed gives up after SettleGrace.
 func (l *loop) watch() bool {
-	ctx, wait := l.ctx, l.p.cfg.PeekWait
-	if l.p.completed.Swap(false) {
+	ctx := l.ctx
+	short := l.p.completed.Swap(false)
+	if short {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(l.ctx, l.p.cfg.SettleGrace)
 		defer cancel()
 	}
-	n, err := l.p.peek(ctx, wait)
-	if err != nil && ctx != l.ctx && ctx.Err() != nil && l.ctx.Err() == nil {
+	n, err := l.p.peek(ctx)
+	if err != nil && short && ctx.Err() != nil && l.ctx.Err() == nil {
 		l.known = 0 // the grace passed: peek again
 		return false
 	}
@@ -668,10 +669,10 @@ func (p *Poller) drain() {
 }
 
 // peek watches the idle queue: a legacy peek for one message, waiting up
-// to wait. It returns how many it saw (0 or 1).
-func (p *Poller) peek(ctx context.Context, wait time.Duration) (int, error) {
+// to PeekWait (or until ctx ends). It returns how many it saw (0 or 1).
+func (p *Poller) peek(ctx context.Context) (int, error) {
 	p.peeks.Add(1)
-	msgs, err := p.c.peek(ctx, p.cfg.Channel, 1, wait)
+	msgs, err := p.c.peek(ctx, p.cfg.Channel, 1, p.cfg.PeekWait)
 	return len(msgs), err
 }
 
