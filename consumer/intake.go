@@ -36,6 +36,8 @@ import (
 // are intake's to settle. When ctx ends first, the poller gives back the
 // rest.
 func (s *Server) deliver(ctx context.Context, q *queue, ch *channel, batch []*mq.Message) (int, error) {
+	q.arriving.Add(1)
+	defer q.arrived()
 	returned := ch.returnedTo(batch)
 	if n := count(returned); n > 0 {
 		s.log.Info("messages another consumer gave back run alone", "queue", q.name, "messages", n, "batch", len(batch))
@@ -46,6 +48,7 @@ func (s *Server) deliver(ctx context.Context, q *queue, ch *channel, batch []*mq
 		}
 		s.inflight.Add(1)
 		q.undecided.Add(1)
+		q.arriving.Add(1)
 		select {
 		case s.intake <- &delivery{q: q, msg: m, received: s.cfg.Now(), returned: returned[i]}:
 		case <-ctx.Done():

@@ -11,6 +11,7 @@ import (
 
 	"github.com/inferq/inferq/consumer"
 	"github.com/inferq/inferq/models"
+	"github.com/inferq/inferq/mq"
 	"github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/task"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -264,4 +265,43 @@ func TestInferenceMetricsEveryPath(t *testing.T) {
 			t.Errorf("/metrics lacks %s", w)
 		}
 	}
+}
+
+// TestPollRunsOnceAllIn: a queue poll is a batch. Once intake has enqueued
+// all that a poll delivered, the batcher runs it without waiting out
+// max_queue_delay (an hour here): at most one run per poll, every task
+// SUCCESS. Without the flush nothing would run for an hour.
+func TestPollRunsOnceAllIn(t *testing.T) {
+	forBrokers(t, func(t *testing.T, on brokerOpt) {
+		r := &gatedRunner{f: newFakeBatcher()}
+		b, err := runtime.NewBatcher(runtime.BatcherConfig{Name: testModel, Runners: []runtime.Runner{r},
+			Policy: runtime.BatchPolicy{MaxBatchSize: 64, MaxQueueDelay: time.Hour}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = b.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-done })
+		h := newHarness(t, on, withBatcher(b))
+		const n = 20
+		var msgs []mq.OutMessage
+		for i := range n {
+			msgs = append(msgs, h.taskMsg(fmt.Sprint("t", i), testModel, 1, float32(i)))
+		}
+		h.sendMsg(msgs...)
+		for i := range n {
+			if rec := h.record(fmt.Sprint("t", i)); rec.Status != task.StatusSuccess {
+				t.Errorf("t%d: %s (%s), want SUCCESS", i, rec.Status, rec.Error)
+			}
+		}
+		polls := h.cons.PollerStats()[h.q].Polls
+		r.mu.Lock()
+		runs := len(r.batches)
+		r.mu.Unlock()
+		t.Logf("%d runs for %d tasks in %d polls", runs, n, polls)
+		if runs == 0 || int64(runs) > polls {
+			t.Errorf("%d runs for %d tasks in %d polls, want at most one run per poll", runs, n, polls)
+		}
+	})
 }

@@ -238,8 +238,13 @@ type queue struct {
 	// admitted; room is told when they are, or when a pending request of
 	// its models starts or leaves (see waitQueueRoom).
 	undecided atomic.Int64
-	room      chan struct{}
-	stop      context.CancelFunc // ends its pollers and query subscription (dynamic.go)
+	// arriving counts its pollers' deliveries under way and their
+	// messages not yet admitted. When it drops to zero, all that was
+	// polled is in its models' batchers, which are flushed: a poll is a
+	// batch, and the next tasks come only with the next poll.
+	arriving atomic.Int64
+	room     chan struct{}
+	stop     context.CancelFunc // ends its pollers and query subscription (dynamic.go)
 }
 
 // newQueue returns the queue called name over shards channels (1: the
@@ -263,8 +268,27 @@ func (s *Server) policy(m *Model, q *queue) *queuePolicy {
 // decided counts a message of q out of intake.
 func (q *queue) decided() {
 	q.undecided.Add(-1)
+	q.arrived()
 	q.wake()
 }
+
+// arrived counts a delivery or a message of q out of arriving, and
+// flushes the batchers of q's models when nothing more is (see arriving).
+func (q *queue) arrived() {
+	if q.arriving.Add(-1) != 0 {
+		return
+	}
+	for _, m := range q.table.Load().order {
+		if f, ok := m.Batcher.(flusher); ok {
+			f.Flush()
+		}
+	}
+}
+
+// flusher is a Batcher that can be told that nothing more is on its way
+// for the requests it holds, so that they do not wait out
+// max_queue_delay (runtime.Batcher.Flush).
+type flusher interface{ Flush() }
 
 // wake tells waitQueueRoom to look again.
 func (q *queue) wake() {

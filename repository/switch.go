@@ -80,6 +80,16 @@ func (s *Switch) Enqueue(ctx context.Context, r *runtime.Request) error {
 	return nil
 }
 
+// Flush flushes the serving version's batcher (runtime.Batcher.Flush).
+func (s *Switch) Flush() {
+	s.mu.RLock()
+	v := s.cur
+	s.mu.RUnlock()
+	if v != nil {
+		v.inst.Batcher.Flush()
+	}
+}
+
 // Serving is the version taking requests, "" when none.
 func (s *Switch) Serving() string {
 	s.mu.RLock()

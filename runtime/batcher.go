@@ -226,6 +226,7 @@ type Request struct {
 	ctx  context.Context
 	rows int
 	lane int
+	seq  uint64 // Enqueue order, against Batcher.flushed
 }
 
 // Owner is told of the run of the requests it enqueued. Both methods are
@@ -290,6 +291,11 @@ type Batcher struct {
 	tokens       chan struct{}
 	prio, normal chan *Request
 
+	// seq numbers the requests in Enqueue order; flushed is the last
+	// number a Flush saw, and flush wakes Run's goroutine for it.
+	seq, flushed atomic.Uint64
+	flush        chan struct{}
+
 	closing   chan struct{} // closed by Close, or by Run when it stops
 	closeOnce sync.Once
 	done      chan struct{} // closed when Run has returned, or by Close when Run never ran
@@ -335,6 +341,7 @@ func NewBatcher(cfg BatcherConfig) (*Batcher, error) {
 		tokens:    make(chan struct{}, cfg.QueueSize),
 		prio:      make(chan *Request, cfg.QueueSize),
 		normal:    make(chan *Request, cfg.QueueSize),
+		flush:     make(chan struct{}, 1),
 		closing:   make(chan struct{}),
 		done:      make(chan struct{}),
 	}
@@ -356,6 +363,22 @@ func (b *Batcher) Queued() int { return len(b.tokens) }
 
 // InFlight returns the number of items in runs now.
 func (b *Batcher) InFlight() int { return int(b.running.Load()) }
+
+// Flush tells the batcher that nothing more is on its way for the requests
+// it holds: a shape group holding a request enqueued before the call runs
+// at the first free run slot, as if its MaxQueueDelay had passed, taking
+// whatever the group holds then (up to MaxBatchSize). While every slot is
+// busy the group still fills. The consumer calls it when it has enqueued
+// all that a queue poll delivered: the next tasks can come only with the
+// next poll, and waiting for them would only delay these. Requests
+// enqueued after the call wait as before. Flush does not block.
+func (b *Batcher) Flush() {
+	b.flushed.Store(b.seq.Load())
+	select {
+	case b.flush <- struct{}{}:
+	default:
+	}
+}
 
 // Submit runs item through the batcher and waits for its result: the
 // synchronous path for queries and HTTP. priority puts it ahead of queued

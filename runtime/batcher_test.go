@@ -397,6 +397,44 @@ func TestBatcherDelayTrigger(t *testing.T) {
 	sameLists(t, "runs", idLists(f.snapshot()), [][]string{{"lone"}, {"b0", "b1"}})
 }
 
+// TestBatcherFlush: Flush runs the groups holding a request enqueued
+// before it at the first free slot, without waiting out MaxQueueDelay; a
+// request that comes after it, alone, waits as before. A flush while every
+// slot is busy still lets the batch fill until one frees.
+func TestBatcherFlush(t *testing.T) {
+	f := newFake(1)
+	b, _ := startBatcher(t, runtime.BatcherConfig{Policy: policy(8, time.Hour), Runners: f.runners()})
+	c := newCollector()
+	enqueue(t, b, c.req(fitem("a0", 1, 8), false), c.req(fitem("a1", 1, 8), false))
+	b.Flush()
+	c.wait(t, 2)
+	c.ok(t, "a0", "a1")
+
+	// After a flush, a new request waits for the delay (an hour here).
+	enqueue(t, b, c.req(fitem("late", 1, 8), false))
+	time.Sleep(50 * time.Millisecond)
+	if n := len(f.snapshot()); n != 1 {
+		t.Fatalf("%d runs after a request that came after the flush, want 1", n)
+	}
+	b.Flush()
+	c.wait(t, 3)
+	c.ok(t, "late")
+
+	// Every slot busy: the group holding a flushed request keeps filling
+	// until the slot frees, then runs whole.
+	enqueue(t, b, c.req(fitem("block", 1, 3), false))
+	b.Flush()
+	waitFor(t, "the blocking run", func() bool { return f.started() == 3 })
+	enqueue(t, b, c.req(fitem("b0", 1, 8), false))
+	b.Flush()
+	enqueue(t, b, c.req(fitem("b1", 1, 8), false))
+	time.Sleep(10 * time.Millisecond)
+	f.open()
+	c.wait(t, 6)
+	c.ok(t, "block", "b0", "b1")
+	sameLists(t, "runs", idLists(f.snapshot()), [][]string{{"a0", "a1"}, {"late"}, {"block"}, {"b0", "b1"}})
+}
+
 // TestBatcherPreferredSize: when the head of a group adds up to a
 // preferred size and nothing else is waiting, the largest such prefix runs
 // without waiting for the delay.

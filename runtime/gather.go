@@ -65,6 +65,7 @@ func (b *Batcher) enqueue(ctx context.Context, r *Request, wait bool) error {
 		r.rows = max(r.rows, b.policy.MaxBatchSize)
 	}
 	r.Enqueued = time.Now()
+	r.seq = b.seq.Add(1)
 	r.lane = b.lane(r)
 	if r.Priority {
 		b.prio <- r
@@ -165,6 +166,7 @@ func (g *gatherer) gather(ctx context.Context) {
 			g.release(bt)
 		case <-g.timer.C:
 			g.timerSet = false
+		case <-b.flush:
 		case <-ctx.Done():
 			return
 		case <-b.closing:
@@ -303,7 +305,7 @@ func (g *gatherer) readyLimit(sg *shapeGroup, now time.Time, stopping bool) int 
 	// A priority request (a caller waiting: a query, an HTTP infer) does
 	// not wait out the delay: its group runs at the first free slot. Under
 	// load slots are busy, so its batch still fills meanwhile.
-	if stopping || sg.rows >= g.max || sg.sync > 0 || !now.Before(sg.oldest().Add(g.delay)) {
+	if stopping || sg.rows >= g.max || sg.sync > 0 || !now.Before(sg.oldest().Add(g.delay)) || sg.flushed(g.b.flushed.Load()) {
 		return g.max
 	}
 	if len(g.preferred) == 0 {
@@ -465,6 +467,17 @@ func (sg *shapeGroup) head() *Request {
 		}
 	}
 	return nil
+}
+
+// flushed reports whether the group holds a request enqueued before the
+// Flush that saw sequence number upTo: a lane's head is its first.
+func (sg *shapeGroup) flushed(upTo uint64) bool {
+	for i := range sg.lanes {
+		if r := sg.lanes[i].peek(); r != nil && r.seq <= upTo {
+			return true
+		}
+	}
+	return false
 }
 
 // oldest returns the earliest Enqueued of the group's head requests.
