@@ -88,11 +88,21 @@ func (s *Server) AckAllQueueMessages(ctx context.Context, req *pb.AckAllQueueMes
 
 // QueuesInfo reports the queue channels that hold or held messages; the
 // request's QueueName, when set, lists exact names separated by ";".
-func (s *Server) QueuesInfo(_ context.Context, req *pb.QueuesInfoRequest) (*pb.QueuesInfoResponse, error) {
+func (s *Server) QueuesInfo(ctx context.Context, req *pb.QueuesInfoRequest) (*pb.QueuesInfoResponse, error) {
 	if req == nil {
 		req = &pb.QueuesInfoRequest{}
 	}
-	return &pb.QueuesInfoResponse{RefRequestID: req.RequestID, Info: s.queues.info(req.QueueName)}, nil
+	info := s.queues.info(req.QueueName)
+	if d := s.opts.InfoLatency; d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+	}
+	return &pb.QueuesInfoResponse{RefRequestID: req.RequestID, Info: info}, nil
 }
 
 // waitError turns the end of a wait into a gRPC status.

@@ -27,6 +27,12 @@ type Options struct {
 	// Tests may shorten it so that second-granular waits run fast; the times
 	// the server reports (DelayedTo, ExpirationAt) follow the shortened clock.
 	SecondLength time.Duration
+	// InfoLatency delays every QueuesInfo answer, which holds the counts
+	// taken when the call came: KubeMQ's costs ~3-10 ms (shared/KUBEMQ.md
+	// trap 14), and by the time it answers it may be out of date. Tests
+	// set it to see that nothing waits on a count it need not wait on, and
+	// that a late count misleads no one. Default 0.
+	InfoLatency time.Duration
 	// Retention is how long events store messages are kept. Default 24 h.
 	Retention time.Duration
 	// EventsStoreMaxEvents and EventsStoreMaxBytes bound each events store

@@ -466,26 +466,34 @@ func TestSettlementsOfABatchGoOutTogether(t *testing.T) {
 		},
 	})
 	// The first message after an idle watch comes alone (it is polled as
-	// soon as the peek sees it); the rest follow as one batch.
-	if err := c.Sender().Send(context.Background(), OutMessage{Channel: ch, Body: []byte("w")},
-		OutMessage{Channel: ch, Body: []byte("a")}, OutMessage{Channel: ch, Body: []byte("b")}, OutMessage{Channel: ch, Body: []byte("c")}); err != nil {
+	// soon as the peek sees it). While it is open the Poller does not
+	// peek: it counts, and the next three come as one batch.
+	if err := c.Sender().Send(context.Background(), OutMessage{Channel: ch, Body: []byte("w")}); err != nil {
+		t.Fatal(err)
+	}
+	var w []*Message
+	select {
+	case w = <-batches:
+	case <-time.After(5 * time.Second):
+		t.Fatal("first message not delivered")
+	}
+	if err := c.Sender().Send(context.Background(), OutMessage{Channel: ch, Body: []byte("a")},
+		OutMessage{Channel: ch, Body: []byte("b")}, OutMessage{Channel: ch, Body: []byte("c")}); err != nil {
 		t.Fatal(err)
 	}
 	var b []*Message
-	for len(b) < 3 {
-		select {
-		case b = <-batches:
-			if len(b) < 3 {
-				for _, m := range b {
-					_ = m.Ack()
-				}
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatal("no batch of 3")
-		}
+	select {
+	case b = <-batches:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no batch of 3")
 	}
 	if len(b) != 3 {
 		t.Fatalf("batch of %d, want 3", len(b))
+	}
+	for _, m := range w {
+		if err := m.Ack(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := b[0].Ack(); err != nil {
 		t.Fatal(err)

@@ -319,10 +319,23 @@ type loop struct {
 	looked    time.Time // the last poll that delivered, or count: see look
 	counted   bool      // known is a count (ready), not what the peek saw
 	downSince time.Time // first failure of the current client while the broker is away
+
+	// A count taken aside (countAside) comes back on aside; counting is
+	// set while one is under way.
+	aside    chan asideCount
+	counting bool
+	asideWG  sync.WaitGroup
+}
+
+// asideCount is a count's answer.
+type asideCount struct {
+	q   QueueInfo
+	ok  bool
+	err error
 }
 
 func (p *Poller) newLoop(ctx context.Context) *loop {
-	l := &loop{p: p, ctx: ctx, standby: make(chan *streamClient, 1), retry: p.c.newBackoff()}
+	l := &loop{p: p, ctx: ctx, standby: make(chan *streamClient, 1), retry: p.c.newBackoff(), aside: make(chan asideCount, 1)}
 	l.prepCtx, l.stopPrep = context.WithCancel(p.c.life)
 	l.prepareNext()
 	l.prepWG.Add(1)
@@ -345,6 +358,11 @@ func (l *loop) prepareNext() {
 // step is one turn of the loop: wait for the last batch to be settled,
 // watch the queue while nothing is known to be waiting, then poll what is.
 func (l *loop) step() {
+	select {
+	case a := <-l.aside:
+		l.takeAside(a)
+	default:
+	}
 	if ok, retry := l.p.mayPoll(l.known); !ok {
 		l.waitRoom(retry)
 		return
@@ -404,7 +422,7 @@ func (p *Poller) mayPoll(known int) (ok bool, retry time.Duration) {
 // they hold, which a lost stream has given back to the queue already.
 func (l *loop) look() bool {
 	if since, open := l.p.holding(); open && since < l.p.cfg.PeekWait {
-		if wait := l.p.cfg.OverlapAfter - time.Since(l.looked); wait > 0 {
+		if wait := l.p.cfg.OverlapAfter - time.Since(l.looked); wait > 0 || l.counting {
 			l.waitRoom(min(wait, l.p.cfg.PeekWait-since))
 			return false
 		}
@@ -436,6 +454,8 @@ func (l *loop) waitRoom(atMost time.Duration) {
 	}
 	select {
 	case <-l.p.room:
+	case a := <-l.aside:
+		l.takeAside(a)
 	case <-timeout:
 	case <-l.ctx.Done():
 	}
@@ -540,7 +560,40 @@ func (l *loop) askSize(room int) int {
 
 // count sets known from the broker's count (see ready).
 func (l *loop) count() {
-	l.known, l.counted = l.p.ready(l.ctx), true
+	q, ok, err := l.p.c.queueInfo(l.ctx, l.p.cfg.Channel)
+	l.known, l.counted = l.p.ready(q, ok, err), true
+	l.looked = time.Now()
+}
+
+// countAside counts in the background, after a poll of what a peek saw:
+// more may wait behind it (a burst) or not (a lone task), and a count
+// takes ~3 ms on KubeMQ (trap 14). Meanwhile the loop goes on as if none
+// waited: it waits for its batch, then peeks, so that a lone task arriving
+// during the count is not held up by it. The answer sets known when it
+// comes (waitRoom, step), however late: ready caps it by the messages
+// stored after the last one received, then, which later polls only lower.
+// One count aside at a time.
+func (l *loop) countAside() {
+	if l.counting {
+		return
+	}
+	l.counting = true
+	l.asideWG.Add(1)
+	go func() {
+		defer l.asideWG.Done()
+		q, ok, err := l.p.c.queueInfo(l.ctx, l.p.cfg.Channel)
+		l.aside <- asideCount{q: q, ok: ok, err: err}
+	}()
+}
+
+// takeAside takes the answer of a count aside, unless a peek found
+// something meanwhile.
+func (l *loop) takeAside(a asideCount) {
+	l.counting = false
+	if l.known > 0 {
+		return
+	}
+	l.known, l.counted = l.p.ready(a.q, a.ok, a.err), true
 	l.looked = time.Now()
 }
 
@@ -564,10 +617,14 @@ func (l *loop) pollOnce(ask int) {
 		p.deliver(l.ctx, msgs)
 	}
 	l.known -= len(msgs)
-	if len(msgs) < ask {
+	switch {
+	case len(msgs) < ask:
 		l.known = 0 // fewer than asked: the poll waited, the estimate was off
-	} else if l.known <= 0 {
+	case l.known > 0:
+	case l.counted:
 		l.count() // still busy? skip the peek
+	default:
+		l.countAside() // what a peek saw: a lone task, or a burst's first?
 	}
 	l.cur.polls++
 	l.recycleBusyClient()
@@ -632,6 +689,7 @@ func (l *loop) fail(err error) {
 func (l *loop) stop() {
 	l.stopPrep()
 	l.prepWG.Wait()
+	l.asideWG.Wait()
 	select {
 	case sc := <-l.standby:
 		sc.close()
@@ -676,8 +734,8 @@ func (p *Poller) peek(ctx context.Context) (int, error) {
 	return len(msgs), err
 }
 
-// ready estimates from QueuesInfo how many messages a poll would get at
-// once; 0 when unknown. The real broker's Waiting also counts the messages
+// ready estimates from a QueuesInfo answer (q, ok, err) how many messages
+// a poll would get at once; 0 when unknown. The real broker's Waiting also counts the messages
 // delivered and not settled, ours included (measured: Waiting stayed 10
 // while a poll held 4 of 10), so the Poller subtracts what its incomplete
 // batches hold. Waiting drops only once the broker has applied our
@@ -687,8 +745,7 @@ func (p *Poller) peek(ctx context.Context) (int, error) {
 // bounds can only undercount messages given back by a stream loss, which
 // the idle peek then finds: an undercount costs a smaller poll, an
 // overcount the whole WaitTimeout (trap 2).
-func (p *Poller) ready(ctx context.Context) int {
-	q, ok, err := p.c.queueInfo(ctx, p.cfg.Channel)
+func (p *Poller) ready(q QueueInfo, ok bool, err error) int {
 	if err == nil {
 		p.heard()
 	}
