@@ -128,6 +128,8 @@ func (c *PollerConfig) longestWait() time.Duration {
 // PollerStats are a Poller's counters.
 type PollerStats struct {
 	Peeks, Polls, Messages, Recycles, SettleErrors int64
+	// Counts counts the QueuesInfo calls the Poller made (see ready).
+	Counts int64
 	// StaleNotices counts the SDK's error reports for batches whose
 	// settlements had all been sent (see txn.onError): on the real broker
 	// one per batch of each stream client at its close. Not failures.
@@ -203,6 +205,7 @@ type Poller struct {
 	parked   atomic.Bool
 
 	peeks, polls, msgs, recycles, settleErrs atomic.Int64
+	counts                                   atomic.Int64
 	staleNotices                             atomic.Int64
 	started                                  atomic.Bool
 	retiring                                 sync.WaitGroup
@@ -241,7 +244,7 @@ func (p *Poller) heard() { p.answered.Store(time.Now().UnixNano()) }
 // Stats returns the Poller's counters.
 func (p *Poller) Stats() PollerStats {
 	return PollerStats{
-		Peeks: p.peeks.Load(), Polls: p.polls.Load(), Messages: p.msgs.Load(),
+		Peeks: p.peeks.Load(), Polls: p.polls.Load(), Messages: p.msgs.Load(), Counts: p.counts.Load(),
 		Recycles: p.recycles.Load(), SettleErrors: p.settleErrs.Load(),
 		StaleNotices: p.staleNotices.Load(),
 	}
@@ -321,10 +324,13 @@ type loop struct {
 	downSince time.Time // first failure of the current client while the broker is away
 
 	// A count taken aside (countAside) comes back on aside; counting is
-	// set while one is under way.
-	aside    chan asideCount
-	counting bool
-	asideWG  sync.WaitGroup
+	// set while one is under way. countedAt and found are the last
+	// count's time and answer.
+	aside     chan asideCount
+	counting  bool
+	asideWG   sync.WaitGroup
+	countedAt time.Time
+	found     int
 }
 
 // asideCount is a count's answer.
@@ -560,9 +566,11 @@ func (l *loop) askSize(room int) int {
 
 // count sets known from the broker's count (see ready).
 func (l *loop) count() {
+	l.p.counts.Add(1)
 	q, ok, err := l.p.c.queueInfo(l.ctx, l.p.cfg.Channel)
 	l.known, l.counted = l.p.ready(q, ok, err), true
 	l.looked = time.Now()
+	l.countedAt, l.found = l.looked, l.known
 }
 
 // countAside counts in the background, after a poll of what a peek saw:
@@ -572,12 +580,17 @@ func (l *loop) count() {
 // during the count is not held up by it. The answer sets known when it
 // comes (waitRoom, step), however late: ready caps it by the messages
 // stored after the last one received, then, which later polls only lower.
-// One count aside at a time.
+// One count aside at a time, and after a count that found nothing, none
+// for OverlapAfter: on a light queue every task comes from a peek, and a
+// count per task (a QueuesInfo, which costs KubeMQ a few ms of CPU that
+// the tasks share with it) buys nothing there. A burst behind a lone task
+// is counted within OverlapAfter.
 func (l *loop) countAside() {
-	if l.counting {
+	if l.counting || l.found == 0 && time.Since(l.countedAt) < l.p.cfg.OverlapAfter {
 		return
 	}
 	l.counting = true
+	l.p.counts.Add(1)
 	l.asideWG.Add(1)
 	go func() {
 		defer l.asideWG.Done()
@@ -595,6 +608,7 @@ func (l *loop) takeAside(a asideCount) {
 	}
 	l.known, l.counted = l.p.ready(a.q, a.ok, a.err), true
 	l.looked = time.Now()
+	l.countedAt, l.found = l.looked, l.known
 }
 
 // pollOnce polls ask messages with the current client, delivers them,

@@ -126,3 +126,43 @@ func TestPollerLoneTaskNotHeldByACount(t *testing.T) {
 		t.Errorf("%d polls asked for more than was waiting", n)
 	}
 }
+
+// TestPollerCountsALightQueueRarely: on a light queue every task comes from
+// a peek; after a count that found nothing the Poller does not count again
+// for OverlapAfter (a second here), so ten lone tasks cost at most two
+// counts, not ten (a QueuesInfo costs KubeMQ a few ms of CPU), and each is
+// still delivered.
+func TestPollerCountsALightQueueRarely(t *testing.T) {
+	tg := targets(t, fastBroker())[0]
+	c := dial(t, tg)
+	ch := chanName(t)
+	got := make(chan *Message, 4)
+	p := runPoller(t, c, PollerConfig{
+		Channel: ch, OverlapAfter: time.Second,
+		Deliver: func(_ context.Context, batch []*Message) (int, error) {
+			for _, m := range batch {
+				got <- m
+			}
+			return len(batch), nil
+		},
+	})
+	waitFor(t, 5*time.Second, "poller up", p.Up)
+	start := time.Now()
+	for i := range 10 {
+		sendN(t, c.Sender(), ch, 1)
+		select {
+		case m := <-got:
+			if err := m.Ack(); err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("task %d not delivered", i)
+		}
+	}
+	st := p.Stats()
+	took := time.Since(start)
+	if most := 2 + int64(took/time.Second); st.Counts > most {
+		t.Errorf("%d counts for 10 lone tasks in %s, want at most %d", st.Counts, took, most)
+	}
+	t.Logf("%d counts, %d peeks, %d polls for 10 lone tasks", st.Counts, st.Peeks, st.Polls)
+}
