@@ -280,9 +280,8 @@ type Conn struct {
 	api pb.KubemqClient
 
 	sender *Sender
-	stored *streamSender // events store: results, crash reports
-	plain  *streamSender // events: progress, alerts, heartbeats
-	bridge *tlsBridge    // nil unless the SDK cannot dial the broker itself
+	events *storeSender
+	bridge *tlsBridge // nil unless the SDK cannot dial the broker itself
 
 	clients atomic.Int64 // stream clients made, for unique client ids
 	token   string       // random, names this Conn in store client ids
@@ -348,8 +347,7 @@ func Dial(ctx context.Context, cfg Config) (*Conn, error) {
 			return nil, err
 		}
 	}
-	c.stored = newStreamSender(c, "events store stream")
-	c.plain = newStreamSender(c, "events stream")
+	c.events = newStoreSender(c)
 	c.sender = newSender(c)
 	c.wg.Add(1)
 	go func() {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"strings"
 	"sync"
 	"time"
 
@@ -26,33 +25,22 @@ type Event struct {
 }
 
 // SendEvent publishes a (not stored) event: subscribers connected now get
-// it, nobody else ever will. Use it for progress and alerts. Calls share
-// one SendEventsStream of their own (not the events store's, whose
-// confirmations are on the results' path): it returns once the event is
-// on the stream, without waiting for the broker, which answers a plain
-// event only to refuse it; refusals are logged (rate-limited) with the
-// event's id. On KubeMQ a unary SendEvent per event cost light-load tasks
-// ~0.8 ms of their median (BENCHMARKS.md). A lost stream fails the call
-// with ErrUnavailable and the next call opens a new one; events on a
-// stream as it breaks may be lost, as events may anyway. Safe for
-// concurrent use; ctx bounds the call. A channel name the broker refuses
-// for good (see ErrRefused) is refused here, before it is sent, since the
-// stream would not say.
+// it, nobody else ever will. Use it for progress and alerts. Safe for
+// concurrent use; ctx bounds the call.
 func (c *Conn) SendEvent(ctx context.Context, channel string, body []byte, tags map[string]string) error {
 	if err := c.isClosed(); err != nil {
 		return err
 	}
-	if err := checkEventChannel(channel); err != nil {
-		return fmt.Errorf("send event to %q: %w", channel, err)
-	}
-	if len(body) == 0 {
-		return fmt.Errorf("send event to %s: %w: an event needs a body", channel, ErrRefused)
-	}
-	st, err := c.plain.get(ctx)
+	res, err := c.api.SendEvent(ctx, &pb.Event{
+		EventID: newID(), ClientID: c.cfg.ClientID, Channel: channel, Body: body, Tags: maps.Clone(tags),
+	})
 	if err != nil {
 		return classify("send event to "+channel, err)
 	}
-	return st.post(&pb.Event{EventID: newID(), ClientID: c.cfg.ClientID, Channel: channel, Body: body, Tags: maps.Clone(tags)})
+	if !res.Sent {
+		return classify("send event to "+channel, errors.New(res.Error))
+	}
+	return nil
 }
 
 // SendEventStore stores an event on channel and waits for the broker's
@@ -68,49 +56,24 @@ func (c *Conn) SendEventStore(ctx context.Context, channel string, body []byte, 
 	ev := &pb.Event{
 		EventID: newID(), ClientID: c.cfg.ClientID, Channel: channel, Body: body, Store: true, Tags: maps.Clone(tags),
 	}
-	st, err := c.stored.get(ctx)
+	st, err := c.events.get(ctx)
 	if err != nil {
 		return classify("send event store to "+channel, err)
 	}
 	return st.send(ctx, ev)
 }
 
-// checkEventChannel refuses, as ErrRefused, the event channel names KubeMQ
-// refuses (empty, a trailing '.', white space, '*' or '>': Errors 107,
-// 108, 119) and control characters, which it takes and is damaged by
-// (KUBEMQ.md trap 19).
-func checkEventChannel(ch string) error {
-	switch {
-	case ch == "":
-		return fmt.Errorf("%w: empty channel name", ErrRefused)
-	case strings.HasSuffix(ch, "."):
-		return fmt.Errorf("%w: channel name ends with '.'", ErrRefused)
-	case strings.ContainsAny(ch, "*>"):
-		return fmt.Errorf("%w: wildcards in the channel name", ErrRefused)
-	}
-	for i := 0; i < len(ch); i++ {
-		if c := ch[i]; c <= ' ' || c == 0x7f {
-			return fmt.Errorf("%w: white space or a control character in the channel name", ErrRefused)
-		}
-	}
-	return nil
+// storeSender keeps the events store stream (the kubemq-go wrapper of
+// this stream, StreamEventsStore, leaves a goroutine reading the caller's
+// channel after a stream error, which eats the next event; hence our own).
+type storeSender struct {
+	c   *Conn
+	mu  sync.Mutex
+	cur *storeStream
 }
 
-// streamSender keeps one SendEventsStream: the events store's, or the
-// plain events' (the kubemq-go wrapper of this stream, StreamEventsStore,
-// leaves a goroutine reading the caller's channel after a stream error,
-// which eats the next event; hence our own).
-type streamSender struct {
-	c    *Conn
-	what string // names the stream in errors and logs
-	warn *lograte.Limiter
-	mu   sync.Mutex
-	cur  *eventStream
-}
-
-type eventStream struct {
+type storeStream struct {
 	c      *Conn
-	s      *streamSender
 	stream pb.Kubemq_SendEventsStreamClient
 	cancel context.CancelFunc
 	sendMu sync.Mutex
@@ -120,12 +83,10 @@ type eventStream struct {
 	err     error // set when the stream is dead
 }
 
-func newStreamSender(c *Conn, what string) *streamSender {
-	return &streamSender{c: c, what: what, warn: lograte.New(c.log, c.cfg.LogRepeatEvery)}
-}
+func newStoreSender(c *Conn) *storeSender { return &storeSender{c: c} }
 
 // get returns the live stream, opening one when there is none.
-func (s *streamSender) get(ctx context.Context) (*eventStream, error) {
+func (s *storeSender) get(ctx context.Context) (*storeStream, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cur != nil && s.cur.alive() {
@@ -140,7 +101,7 @@ func (s *streamSender) get(ctx context.Context) (*eventStream, error) {
 		cancel()
 		return nil, err
 	}
-	st := &eventStream{c: s.c, s: s, stream: stream, cancel: cancel, pending: map[string]chan error{}}
+	st := &storeStream{c: s.c, stream: stream, cancel: cancel, pending: map[string]chan error{}}
 	if !s.c.spawn(st.recv) {
 		cancel()
 		return nil, ErrClosed
@@ -149,29 +110,26 @@ func (s *streamSender) get(ctx context.Context) (*eventStream, error) {
 	return st, nil
 }
 
-func (st *eventStream) alive() bool {
+func (st *storeStream) alive() bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	return st.err == nil
 }
 
-func (st *eventStream) recv() {
+func (st *storeStream) recv() {
 	for {
 		res, err := st.stream.Recv()
 		if err != nil {
 			if st.c.closed.Load() {
 				err = ErrClosed
 			}
-			st.fail(classify(st.s.what, err))
+			st.fail(classify("events store stream", err))
 			return
 		}
 		st.mu.Lock()
-		ch, waited := st.pending[res.EventID]
+		ch := st.pending[res.EventID]
 		delete(st.pending, res.EventID)
 		st.mu.Unlock()
-		if !waited && !res.Sent {
-			st.s.warn.Warn("mq event refused by the broker", "stream", st.s.what, "event_id", res.EventID, "err", res.Error)
-		}
 		if ch == nil {
 			continue
 		}
@@ -184,7 +142,7 @@ func (st *eventStream) recv() {
 }
 
 // fail ends the stream and fails every waiting call with err.
-func (st *eventStream) fail(err error) {
+func (st *storeStream) fail(err error) {
 	st.mu.Lock()
 	if st.err == nil {
 		st.err = err
@@ -197,7 +155,7 @@ func (st *eventStream) fail(err error) {
 	st.cancel()
 }
 
-func (st *eventStream) send(ctx context.Context, ev *pb.Event) error {
+func (st *storeStream) send(ctx context.Context, ev *pb.Event) error {
 	ch := make(chan error, 1)
 	st.mu.Lock()
 	if st.err != nil {
@@ -211,7 +169,7 @@ func (st *eventStream) send(ctx context.Context, ev *pb.Event) error {
 	st.sendMu.Unlock()
 	if err != nil {
 		// Send reports io.EOF on a broken stream; Recv has the cause.
-		st.fail(classify(st.s.what, fmt.Errorf("%w: %w", ErrUnavailable, err)))
+		st.fail(classify("events store stream", fmt.Errorf("%w: %w", ErrUnavailable, err)))
 	}
 	select {
 	case err := <-ch:
@@ -225,27 +183,6 @@ func (st *eventStream) send(ctx context.Context, ev *pb.Event) error {
 		st.mu.Unlock()
 		return ctx.Err()
 	}
-}
-
-// post sends ev without waiting for an answer (see SendEvent).
-func (st *eventStream) post(ev *pb.Event) error {
-	st.mu.Lock()
-	err := st.err
-	st.mu.Unlock()
-	if err == nil {
-		st.sendMu.Lock()
-		err = st.stream.Send(ev)
-		st.sendMu.Unlock()
-		if err != nil {
-			// Send reports io.EOF on a broken stream; Recv has the cause.
-			err = classify(st.s.what, fmt.Errorf("%w: %w", ErrUnavailable, err))
-			st.fail(err)
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("send event to %s: %w", ev.Channel, err)
-	}
-	return nil
 }
 
 // SubscribeEvents subscribes to the events of channel (with group, the
