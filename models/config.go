@@ -353,7 +353,8 @@ type Batching struct {
 	// MaxBatchSize is the most items in one run.
 	MaxBatchSize int `yaml:"max_batch_size"`
 	// MaxQueueDelay is how long the batcher waits after the first item
-	// for more.
+	// for more. Tasks of a queue poll do not wait for it once intake has
+	// enqueued all that the poll delivered (runtime.Batcher.Flush).
 	MaxQueueDelay Duration `yaml:"max_queue_delay"`
 	// PreferredBatchSizes, optional, are sizes the batcher runs as soon
 	// as it reaches them.
