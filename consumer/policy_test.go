@@ -1,7 +1,6 @@
 package consumer_test
 
 import (
-	"context"
 	"fmt"
 	"net/http/httptest"
 	"strings"
@@ -26,17 +25,10 @@ func policyHarness(t *testing.T, batching func(*models.Batching)) (h *harness, r
 	m := defaultModel()
 	m.Batching.MaxBatchSize, m.Batching.MaxQueueDelay = 1, 0
 	batching(&m.Batching)
-	b, err := runtime.NewBatcher(runtime.BatcherConfig{Name: testModel, Runners: []runtime.Runner{r},
+	b := runBatcher(t, runtime.BatcherConfig{Name: testModel, Runners: []runtime.Runner{r},
 		Policy: runtime.BatchPolicy{MaxBatchSize: 1, PriorityLevels: m.Batching.PriorityLevels, PriorityAging: m.Batching.Aging()},
 		// As the worker builds it: max_queue_size is the batcher's bound.
 		QueueSize: max(m.Batching.MaxQueueSize, 64)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = b.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
 	h = newHarness(t, func(c *harnessConfig) { c.model = m }, withBatcher(b))
 	srv := httptest.NewServer(consumer.Handler(consumer.HTTPConfig{Server: h.cons, Gatherer: h.reg}))
 	t.Cleanup(srv.Close)
@@ -274,15 +266,8 @@ func TestInferenceMetricsEveryPath(t *testing.T) {
 func TestPollRunsOnceAllIn(t *testing.T) {
 	forBrokers(t, func(t *testing.T, on brokerOpt) {
 		r := &gatedRunner{f: newFakeBatcher()}
-		b, err := runtime.NewBatcher(runtime.BatcherConfig{Name: testModel, Runners: []runtime.Runner{r},
+		b := runBatcher(t, runtime.BatcherConfig{Name: testModel, Runners: []runtime.Runner{r},
 			Policy: runtime.BatchPolicy{MaxBatchSize: 64, MaxQueueDelay: time.Hour}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { defer close(done); _ = b.Run(ctx) }()
-		t.Cleanup(func() { cancel(); <-done })
 		h := newHarness(t, on, withBatcher(b))
 		const n = 20
 		var msgs []mq.OutMessage

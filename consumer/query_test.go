@@ -65,8 +65,14 @@ func (r *gatedRunner) ran() []float32 {
 // harness's consumer when created before it).
 func newBatcher(t testing.TB, r runtime.Runner, maxBatch int) *runtime.Batcher {
 	t.Helper()
-	b, err := runtime.NewBatcher(runtime.BatcherConfig{Name: testModel, Policy: runtime.BatchPolicy{MaxBatchSize: maxBatch},
+	return runBatcher(t, runtime.BatcherConfig{Name: testModel, Policy: runtime.BatchPolicy{MaxBatchSize: maxBatch},
 		Runners: []runtime.Runner{r}, QueueSize: 64})
+}
+
+// runBatcher starts a batcher of cfg, stopped at cleanup.
+func runBatcher(t testing.TB, cfg runtime.BatcherConfig) *runtime.Batcher {
+	t.Helper()
+	b, err := runtime.NewBatcher(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

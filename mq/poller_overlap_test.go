@@ -23,12 +23,7 @@ func TestPollerNoPeekBesideAnOpenBatch(t *testing.T) {
 	got := make(chan *Message, 4)
 	p := runPoller(t, c, PollerConfig{
 		Channel: ch, MaxItems: 1,
-		Deliver: func(_ context.Context, batch []*Message) (int, error) {
-			for _, m := range batch {
-				got <- m
-			}
-			return len(batch), nil
-		},
+		Deliver: deliverInto(got),
 	})
 	waitFor(t, 5*time.Second, "poller up", p.Up)
 	sendN(t, c.Sender(), ch, 1)
@@ -61,6 +56,16 @@ func TestPollerNoPeekBesideAnOpenBatch(t *testing.T) {
 	}
 }
 
+// deliverInto is a Deliver that hands every message to got and takes all.
+func deliverInto(got chan<- *Message) func(context.Context, []*Message) (int, error) {
+	return func(_ context.Context, batch []*Message) (int, error) {
+		for _, m := range batch {
+			got <- m
+		}
+		return len(batch), nil
+	}
+}
+
 // TestPollerLoneTaskNotHeldByACount: after polling what a peek saw, the
 // Poller counts what else waits (a burst may be behind it) without waiting
 // for the count: a lone task that arrives meanwhile is peeked and
@@ -78,12 +83,7 @@ func TestPollerLoneTaskNotHeldByACount(t *testing.T) {
 	got := make(chan *Message, 4)
 	p := runPoller(t, c, PollerConfig{
 		Channel: ch,
-		Deliver: func(_ context.Context, batch []*Message) (int, error) {
-			for _, m := range batch {
-				got <- m
-			}
-			return len(batch), nil
-		},
+		Deliver: deliverInto(got),
 	})
 	var overAsk atomic.Int64
 	p.onPoll = func(asked, got, waiting int) {
@@ -139,12 +139,7 @@ func TestPollerCountsALightQueueRarely(t *testing.T) {
 	got := make(chan *Message, 4)
 	p := runPoller(t, c, PollerConfig{
 		Channel: ch, OverlapAfter: time.Second,
-		Deliver: func(_ context.Context, batch []*Message) (int, error) {
-			for _, m := range batch {
-				got <- m
-			}
-			return len(batch), nil
-		},
+		Deliver: deliverInto(got),
 	})
 	waitFor(t, 5*time.Second, "poller up", p.Up)
 	start := time.Now()
