@@ -566,8 +566,7 @@ func (l *loop) askSize(room int) int {
 
 // count sets known from the broker's count (see ready).
 func (l *loop) count() {
-	l.p.counts.Add(1)
-	q, ok, err := l.p.c.queueInfo(l.ctx, l.p.cfg.Channel)
+	q, ok, err := l.p.queueInfo(l.ctx)
 	l.known, l.counted = l.p.ready(q, ok, err), true
 	l.looked = time.Now()
 	l.countedAt, l.found = l.looked, l.known
@@ -590,13 +589,23 @@ func (l *loop) countAside() {
 		return
 	}
 	l.counting = true
-	l.p.counts.Add(1)
 	l.asideWG.Add(1)
 	go func() {
 		defer l.asideWG.Done()
-		q, ok, err := l.p.c.queueInfo(l.ctx, l.p.cfg.Channel)
+		q, ok, err := l.p.queueInfo(l.ctx)
 		l.aside <- asideCount{q: q, ok: ok, err: err}
 	}()
+}
+
+// queueInfo asks the broker for the queue's counts, and notes its answer
+// when it comes (an answer taken later must not count as a later one).
+func (p *Poller) queueInfo(ctx context.Context) (QueueInfo, bool, error) {
+	p.counts.Add(1)
+	q, ok, err := p.c.queueInfo(ctx, p.cfg.Channel)
+	if err == nil {
+		p.heard()
+	}
+	return q, ok, err
 }
 
 // takeAside takes the answer of a count aside, unless a peek found
@@ -749,10 +758,10 @@ func (p *Poller) peek(ctx context.Context) (int, error) {
 }
 
 // ready estimates from a QueuesInfo answer (q, ok, err) how many messages
-// a poll would get at once; 0 when unknown. The real broker's Waiting also counts the messages
-// delivered and not settled, ours included (measured: Waiting stayed 10
-// while a poll held 4 of 10), so the Poller subtracts what its incomplete
-// batches hold. Waiting drops only once the broker has applied our
+// a poll would get at once; 0 when unknown. The real broker's Waiting also
+// counts the messages delivered and not settled, ours included (measured:
+// Waiting stayed 10 while a poll held 4 of 10), so the Poller subtracts
+// what its incomplete batches hold. Waiting drops only once the broker has applied our
 // settlements, which it does not confirm, so the estimate is also capped by
 // the messages stored after the last one received (LastSequence minus the
 // highest sequence received), which does not depend on that timing. Both
@@ -760,9 +769,6 @@ func (p *Poller) peek(ctx context.Context) (int, error) {
 // the idle peek then finds: an undercount costs a smaller poll, an
 // overcount the whole WaitTimeout (trap 2).
 func (p *Poller) ready(q QueueInfo, ok bool, err error) int {
-	if err == nil {
-		p.heard()
-	}
 	if err != nil || !ok {
 		return 0
 	}
