@@ -59,7 +59,9 @@ type PollerConfig struct {
 	// closes, into the open batch, where nothing sees it until that batch
 	// completes (a 100 ms redelivery at best, trap 13). It counts instead
 	// (QueuesInfo, no member) and polls what the count finds, so that a
-	// long batch does not hold up the next tasks. Default 50 ms.
+	// long batch does not hold up the next tasks. It is also the least
+	// time between counts after one that found nothing (see countAside).
+	// Default 50 ms.
 	OverlapAfter time.Duration
 	// SettleGrace bounds the first peek after a batch completes: KubeMQ
 	// closes the batch a moment after its last settlement, and a message
@@ -423,7 +425,8 @@ func (p *Poller) mayPoll(known int) (ok bool, retry time.Duration) {
 // look finds out whether messages wait, when none is known to: with a
 // batch of the Poller's open it does not peek (see OverlapAfter) but waits
 // for a settlement, and counts once the batch has been open OverlapAfter
-// (and every OverlapAfter after that); with none open it watches. Batches
+// (and every OverlapAfter after that), or waits for the answer of a count
+// already under way (countAside); with none open it watches. Batches
 // open for PeekWait are watched past as well: the count subtracts what
 // they hold, which a lost stream has given back to the queue already.
 func (l *loop) look() bool {
@@ -564,9 +567,11 @@ func (l *loop) askSize(room int) int {
 	return min(l.known, l.p.cfg.MaxItems, room)
 }
 
-// count sets known from the broker's count (see ready).
-func (l *loop) count() {
-	q, ok, err := l.p.queueInfo(l.ctx)
+// count sets known from the broker's count, waiting for it.
+func (l *loop) count() { l.setCount(l.p.queueInfo(l.ctx)) }
+
+// setCount sets known from a count's answer (see ready).
+func (l *loop) setCount(q QueueInfo, ok bool, err error) {
 	l.known, l.counted = l.p.ready(q, ok, err), true
 	l.looked = time.Now()
 	l.countedAt, l.found = l.looked, l.known
@@ -612,12 +617,9 @@ func (p *Poller) queueInfo(ctx context.Context) (QueueInfo, bool, error) {
 // something meanwhile.
 func (l *loop) takeAside(a asideCount) {
 	l.counting = false
-	if l.known > 0 {
-		return
+	if l.known <= 0 {
+		l.setCount(a.q, a.ok, a.err)
 	}
-	l.known, l.counted = l.p.ready(a.q, a.ok, a.err), true
-	l.looked = time.Now()
-	l.countedAt, l.found = l.looked, l.known
 }
 
 // pollOnce polls ask messages with the current client, delivers them,
