@@ -471,22 +471,22 @@ func TestSettlementsOfABatchGoOutTogether(t *testing.T) {
 	if err := c.Sender().Send(context.Background(), OutMessage{Channel: ch, Body: []byte("w")}); err != nil {
 		t.Fatal(err)
 	}
-	var w []*Message
-	select {
-	case w = <-batches:
-	case <-time.After(5 * time.Second):
-		t.Fatal("first message not delivered")
+	next := func(what string) []*Message {
+		t.Helper()
+		select {
+		case b := <-batches:
+			return b
+		case <-time.After(5 * time.Second):
+			t.Fatal(what)
+			return nil
+		}
 	}
+	w := next("first message not delivered")
 	if err := c.Sender().Send(context.Background(), OutMessage{Channel: ch, Body: []byte("a")},
 		OutMessage{Channel: ch, Body: []byte("b")}, OutMessage{Channel: ch, Body: []byte("c")}); err != nil {
 		t.Fatal(err)
 	}
-	var b []*Message
-	select {
-	case b = <-batches:
-	case <-time.After(5 * time.Second):
-		t.Fatal("no batch of 3")
-	}
+	b := next("no batch of 3")
 	if len(b) != 3 {
 		t.Fatalf("batch of %d, want 3", len(b))
 	}
@@ -508,12 +508,7 @@ func TestSettlementsOfABatchGoOutTogether(t *testing.T) {
 	if err := b[2].Ack(); err != nil {
 		t.Fatal(err)
 	}
-	var again []*Message
-	select {
-	case again = <-batches:
-	case <-time.After(5 * time.Second):
-		t.Fatal("nacked message not redelivered")
-	}
+	again := next("nacked message not redelivered")
 	if len(again) != 1 || again[0].ID != b[1].ID || again[0].ReceiveCount != 2 {
 		t.Fatalf("redelivered %d messages, first %+v", len(again), again[0])
 	}
