@@ -100,10 +100,10 @@ setup-gpu:
 build:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/inferq
 
-# Tests that take the broker away under a live queue stream poll hit a data
+# Tests that take the broker away under a live queue stream poll or send hit a data
 # race inside kubemq-go v1.9.0 (see skipSDKRace): they skip under -race and
 # run here once more without it.
-SDK_RACE_TESTS := TestBrokerLossMidLoad|TestPollerRecoversFromBrokerRestart|TestSettleErrors|TestBrokerRestartMidWait|TestInferRidesThroughBrokerRestart
+SDK_RACE_TESTS := TestBrokerLossMidLoad|TestPollerRecoversFromBrokerRestart|TestSettleErrors|TestBrokerRestartMidWait|TestInferRidesThroughBrokerRestart|TestEnqueueRidesThroughBrokerRestart
 
 ## test: fetch onnxruntime when needed, then run every test with the race detector
 test: setup nocgo

@@ -506,6 +506,7 @@ func TestConfigValidate(t *testing.T) {
 // restart, and every result comes back through Wait. The worker starts
 // after the restart, so no queue poll is live while the broker is away.
 func TestEnqueueRidesThroughBrokerRestart(t *testing.T) {
+	skipSDKRace(t)
 	srv := fastBroker(t)
 	c := newClient(t, srv.Addr, "ridethrough")
 	ctx := ctxT(t, 60*time.Second)

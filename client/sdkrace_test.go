@@ -12,6 +12,6 @@ import "testing"
 func skipSDKRace(t *testing.T) {
 	t.Helper()
 	if raceEnabled {
-		t.Skip("kubemq-go v1.9.0 has a data race on stream loss during Poll (downstream.clearPendingTransactions); run without -race")
+		t.Skip("kubemq-go v1.9.0 has a data race on stream loss during Poll or Send (downstream and upstream clearPendingTransactions); run without -race")
 	}
 }
