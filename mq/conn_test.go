@@ -7,6 +7,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -256,6 +257,8 @@ type freezableProxy struct {
 	mu    sync.Mutex
 	conns []net.Conn
 	open  chan struct{} // closed while forwarding
+	// refusing closes each new connection at once (see refuseNew).
+	refusing atomic.Bool
 }
 
 func newFreezableProxy(t *testing.T, addr string) *freezableProxy {
@@ -273,6 +276,10 @@ func newFreezableProxy(t *testing.T, addr string) *freezableProxy {
 			in, err := lis.Accept()
 			if err != nil {
 				return
+			}
+			if p.refusing.Load() {
+				in.Close()
+				continue
 			}
 			out, err := net.Dial("tcp", addr)
 			if err != nil {
@@ -341,6 +348,10 @@ func (p *freezableProxy) freeze() {
 	default:
 	}
 }
+
+// refuseNew closes every connection made from now on as soon as it is
+// accepted; those already open go on.
+func (p *freezableProxy) refuseNew() { p.refusing.Store(true) }
 
 func (p *freezableProxy) thaw() {
 	p.mu.Lock()

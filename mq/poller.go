@@ -77,11 +77,11 @@ type PollerConfig struct {
 	// call of the Poller before Up reports false. A frozen broker (a
 	// SIGSTOP, a hung host) fails nothing: its connections stay open and
 	// calls just wait. While the Poller has no reason to call the broker
-	// (it waits for its batch to be settled, or for Deliver) it pings it as
-	// often as the idle watch would peek, so a quiet queue or a slow model
-	// is not taken for a silent broker. It must exceed PeekWait and
-	// PollWait. Default 2 x the longer of them + the Conn's CallTimeout
-	// (12 s with the defaults).
+	// (it waits for its batch to be settled, for Deliver, or for a stream
+	// client to connect) it pings it as often as the idle watch would
+	// peek, so a quiet queue or a slow model is not taken for a silent
+	// broker. It must exceed PeekWait and PollWait. Default 2 x the longer
+	// of them + the Conn's CallTimeout (12 s with the defaults).
 	AnswerWithin time.Duration
 	// OnState is called when the Poller finds the broker up or down (for
 	// /readyz), from the Poller's goroutines; it must not block. It owns
@@ -201,8 +201,9 @@ type Poller struct {
 	stateMu sync.Mutex
 	known   bool // an up/down state was reported
 	// answered is when the broker last answered a call of the Poller
-	// (unix ns); parked is set while Run's loop waits for room or for
-	// Deliver and makes no call, when probe pings instead.
+	// (unix ns); parked is set while Run's loop waits for room, for
+	// Deliver or for a stream client and makes no call, when probe pings
+	// instead.
 	answered atomic.Int64
 	parked   atomic.Bool
 
@@ -530,11 +531,16 @@ func (l *loop) watch() bool {
 }
 
 // useClient makes sure a stream client is in use, taking the warm one
-// (waiting for it) when none is; false when ctx ended first.
+// (waiting for it) when none is; false when ctx ended first. The loop makes
+// no call while it waits (the first client warms up for a second, trap 3,
+// and none connects while the broker is away), so it is parked: the probe
+// finds out whether the broker still answers.
 func (l *loop) useClient() bool {
 	if l.cur != nil {
 		return true
 	}
+	l.p.parked.Store(true)
+	defer l.p.parked.Store(false)
 	select {
 	case sc := <-l.standby:
 		l.cur = l.p.newPollClient(sc)
@@ -785,8 +791,9 @@ func (p *Poller) ready(q QueueInfo, ok bool, err error) int {
 }
 
 // probe keeps Up true to the broker while Run's loop makes no call: every
-// PeekWait that the loop stays parked (waiting for room or for Deliver)
-// without an answer, it pings the broker, within the Conn's CallTimeout.
+// PeekWait that the loop stays parked (waiting for room, for Deliver or
+// for a stream client) without an answer, it pings the broker, within the
+// Conn's CallTimeout.
 // An answer counts as one to the loop; a broker that does not answer, or
 // is away, is reported down. When the loop calls again, its calls decide.
 func (p *Poller) probe(ctx context.Context) {

@@ -71,3 +71,42 @@ func TestPollerUpFollowsAFrozenBroker(t *testing.T) {
 		return st.InFlight == 0 && len(st.Waiting) == 0
 	})
 }
+
+// Up follows a broker that freezes while the loop waits for a stream
+// client: a peek saw a message, and no client can connect (the proxy
+// refuses new connections), so the loop can do nothing but wait. It makes
+// no call then, so it counts as parked and the probe pings. Before, it did
+// not: Up stayed true for the whole AnswerWithin (set long here). The
+// consumer's TestBrokerLossMidLoad met it now and then in the first second
+// of a poller, while its first client warmed up (trap 3).
+func TestPollerUpFollowsABrokerLostWhileNoClientIsReady(t *testing.T) {
+	t.Cleanup(func() { checkNoLeaks(t) })
+	b := broker.New(fastBroker())
+	t.Cleanup(func() { _ = b.Close() })
+	proxy := newFreezableProxy(t, serveKubemq(t, b))
+	c := dialCfg(t, Config{Address: proxy.lis.Addr().String(), CallTimeout: 500 * time.Millisecond})
+	ch := chanName(t)
+	if err := c.Sender().Send(context.Background(), OutMessage{Channel: ch, Body: []byte("a")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Peek(context.Background(), ch, 1, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	proxy.refuseNew()
+	const answerWithin = 30 * time.Second
+	p := runPoller(t, c, PollerConfig{Channel: ch, PollWait: 100 * time.Millisecond, AnswerWithin: answerWithin,
+		Deliver: func(_ context.Context, batch []*Message) (int, error) {
+			t.Errorf("delivered %d with no stream client able to connect", len(batch))
+			return 0, nil
+		}})
+	waitFor(t, 5*time.Second, "the peek to see the message", func() bool { return p.Up() && p.Stats().Peeks > 0 })
+	time.Sleep(100 * time.Millisecond) // the loop waits for a client
+	proxy.freeze()
+	frozen := time.Now()
+	waitFor(t, answerWithin/3, "Up to turn false with the broker frozen", func() bool { return !p.Up() })
+	t.Logf("Up false %v after the freeze; %+v", time.Since(frozen).Round(time.Millisecond), p.Stats())
+	if s := p.Stats(); s.Polls > 0 || s.Peeks > 1 {
+		t.Errorf("the loop did not wait for a client: %+v", s)
+	}
+	proxy.thaw()
+}
