@@ -384,3 +384,25 @@ func TestKeepaliveNoticesSilentBroker(t *testing.T) {
 	})
 	t.Logf("silent broker noticed after %v", time.Since(start))
 }
+
+// A Send whose ctx ends before a frozen broker answers says so, and which
+// channel it was sending to; before, it returned the bare context error.
+func TestSendNamesAnUnansweredSend(t *testing.T) {
+	t.Cleanup(func() { checkNoLeaks(t) })
+	b := broker.New(fastBroker())
+	t.Cleanup(func() { _ = b.Close() })
+	proxy := newFreezableProxy(t, serveKubemq(t, b))
+	c := dialCfg(t, Config{Address: proxy.lis.Addr().String()})
+	ch := chanName(t)
+	if err := c.Sender().Send(context.Background(), OutMessage{Channel: ch, Body: []byte("a")}); err != nil {
+		t.Fatal(err)
+	}
+	proxy.freeze()
+	t.Cleanup(proxy.thaw)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	err := c.Sender().Send(ctx, OutMessage{Channel: ch, Body: []byte("b")})
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "no answer") || !strings.Contains(err.Error(), ch) {
+		t.Errorf("send to a frozen broker: %v", err)
+	}
+}

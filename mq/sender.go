@@ -75,8 +75,9 @@ func (s *Sender) Messages() int64 { return s.sent.Load() }
 // message's error, with several a *BatchError whose Errs[i] is the error of
 // msgs[i] (nil when stored). Invalid or oversized messages fail the whole
 // call before anything is sent. A broker that is away gives ErrUnavailable
-// at once (the caller decides on retries). ctx bounds the wait: a Send
-// whose ctx ends may still have been stored.
+// at once, or as soon as the stream notices it is lost (up to a second or
+// two; the caller decides on retries). ctx bounds the wait: a Send whose
+// ctx ends before the broker answered may still have been stored.
 func (s *Sender) Send(ctx context.Context, msgs ...OutMessage) error {
 	if len(msgs) == 0 {
 		return nil
@@ -106,7 +107,7 @@ func (s *Sender) Send(ctx context.Context, msgs ...OutMessage) error {
 	select {
 	case <-r.done:
 	case <-ctx.Done():
-		return ctx.Err()
+		return fmt.Errorf("mq: send to %s: no answer from the broker before the caller's context ended: %w", msgs[0].Channel, ctx.Err())
 	}
 	if r.err != nil {
 		return r.err
