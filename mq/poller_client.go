@@ -50,6 +50,7 @@ func (pc *pollClient) release(t *txn, last bool) {
 		if p.overlapped = p.held > 0; p.overlapped {
 			p.overlappedAt = time.Now()
 		}
+		p.completedAt.Store(time.Now().UnixNano())
 		p.completed.Store(true)
 	}
 	if pc.retired && pc.out == 0 {

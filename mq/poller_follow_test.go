@@ -1,0 +1,120 @@
+package mq
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// A producer that sends its next task as soon as the last one is settled
+// (one task at a time, the light-load bench) keeps the queue live: after
+// the first few, the Poller follows it, polling at once after each
+// completion, with no peek per task (FollowWithin). Disabled, it peeks for
+// every task. Each task is delivered once, in order.
+func TestPollerFollowsALiveQueue(t *testing.T) {
+	const n = 20
+	for _, tg := range targets(t, fastBroker()) {
+		for _, tc := range []struct {
+			name   string
+			within time.Duration
+		}{{"follows", 0}, {"disabled", -1}} {
+			t.Run(tg.name+"/"+tc.name, func(t *testing.T) {
+				c := dial(t, tg)
+				ch := chanName(t)
+				got := make(chan *Message, 1)
+				p := runPoller(t, c, PollerConfig{Channel: ch, FollowWithin: tc.within, Deliver: deliverInto(got)})
+				waitFor(t, 5*time.Second, "poller up", p.Up)
+				send := func(i int) {
+					if err := c.Sender().Send(t.Context(), OutMessage{Channel: ch, Body: fmt.Appendf(nil, "m%d", i)}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				send(0)
+				for i := range n {
+					select {
+					case m := <-got:
+						if want := fmt.Sprintf("m%d", i); string(m.Body) != want {
+							t.Fatalf("got %s, want %s", m.Body, want)
+						}
+						if err := m.Ack(); err != nil {
+							t.Fatal(err)
+						}
+					case <-time.After(5 * time.Second):
+						t.Fatalf("task %d not delivered", i)
+					}
+					if i+1 < n {
+						send(i + 1)
+					}
+				}
+				st := p.Stats()
+				t.Logf("%d tasks: %d peeks, %d polls, %d follows, %d counts", n, st.Peeks, st.Polls, st.Follows, st.Counts)
+				switch {
+				case tc.within < 0 && (st.Follows != 0 || st.Peeks < n):
+					t.Errorf("disabled: %d follows and %d peeks for %d tasks, want 0 and at least %d", st.Follows, st.Peeks, n, n)
+				case tc.within >= 0 && (st.Follows < n-4 || st.Peeks > 4):
+					t.Errorf("%d follows and %d peeks for %d tasks, want at least %d and at most 4", st.Follows, st.Peeks, n, n-4)
+				}
+				select {
+				case m := <-got:
+					t.Errorf("delivered again: %s", m.Body)
+				case <-time.After(100 * time.Millisecond):
+				}
+			})
+		}
+	}
+}
+
+// A quiet queue, tasks further apart than FollowWithin, is watched with a
+// peek per task and never followed: a follow there would hold a poll slot
+// of the broker for its whole wait (trap 11).
+func TestPollerDoesNotFollowAQuietQueue(t *testing.T) {
+	tg := targets(t, fastBroker())[0]
+	c := dial(t, tg)
+	ch := chanName(t)
+	got := make(chan *Message, 1)
+	p := runPoller(t, c, PollerConfig{Channel: ch, FollowWithin: 20 * time.Millisecond, Deliver: deliverInto(got)})
+	waitFor(t, 5*time.Second, "poller up", p.Up)
+	const n = 5
+	for i := range n {
+		time.Sleep(150 * time.Millisecond)
+		sendN(t, c.Sender(), ch, 1)
+		select {
+		case m := <-got:
+			if err := m.Ack(); err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("task %d not delivered", i)
+		}
+	}
+	if st := p.Stats(); st.Follows != 0 || st.Peeks < n {
+		t.Errorf("%d tasks 150 ms apart: %d follows, %d peeks; want 0 and at least %d", n, st.Follows, st.Peeks, n)
+	}
+}
+
+// A busy queue is polled by its counts, never followed: a burst is polled
+// in batches, not one task at a time.
+func TestPollerDoesNotFollowABusyQueue(t *testing.T) {
+	tg := targets(t, fastBroker())[0]
+	c := dial(t, tg)
+	ch := chanName(t)
+	const n = 200
+	sendN(t, c.Sender(), ch, n)
+	got := make(chan *Message, n)
+	p := runPoller(t, c, PollerConfig{Channel: ch, Deliver: deliverInto(got)})
+	for i := range n {
+		select {
+		case m := <-got:
+			if err := m.Ack(); err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d of %d delivered", i, n)
+		}
+	}
+	st := p.Stats()
+	t.Logf("%d tasks: %d peeks, %d polls, %d follows, %d counts", n, st.Peeks, st.Polls, st.Follows, st.Counts)
+	if st.Follows > 1 || st.Polls > n/4 {
+		t.Errorf("a burst of %d: %d follows in %d polls, want at most 1 in %d", n, st.Follows, st.Polls, n/4)
+	}
+}
