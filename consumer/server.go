@@ -115,6 +115,11 @@ type Config struct {
 	// instances, at least 256).
 	PollMaxItems int
 	MaxInFlight  int
+	// PollFollowWithin: a queue whose lone tasks come within this of the
+	// last completion is polled at once after each completion, on the
+	// same stream, instead of peeked (mq.PollerConfig.FollowWithin);
+	// 0: mq's default (10 ms), negative: never.
+	PollFollowWithin time.Duration
 	// ProgressBuffer bounds queued progress events (default 4096).
 	ProgressBuffer int
 	// DrainTimeout bounds the wait for in-flight work after Run's ctx ends
@@ -419,6 +424,7 @@ func (s *Server) newPoller(q *queue, ch *channel) (*mq.Poller, error) {
 			return s.deliverWhenRoom(ctx, q, ch, batch)
 		},
 		MaxItems:     s.cfg.PollMaxItems,
+		FollowWithin: s.cfg.PollFollowWithin,
 		MaxInFlight:  s.cfg.MaxInFlight,
 		DrainTimeout: s.cfg.DrainTimeout,
 		OnState:      func(up bool, err error) { s.brokerState(ch.name, up, err) },

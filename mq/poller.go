@@ -163,7 +163,9 @@ type PollerStats struct {
 // only poller of its queue in the process (traps 11, 12; get concurrency
 // from the pipeline behind it). An idle queue is watched with the legacy
 // peek (no stream poll waits on an empty queue, trap 11), only while no
-// batch of its own is open (see OverlapAfter and SettleGrace); when
+// batch of its own is open (see OverlapAfter and SettleGrace); a live
+// queue, one task after another, is followed instead (see FollowWithin),
+// where a stream poll waits once, when it goes quiet; when
 // messages are there it stream-polls at most as many as are ready (see ready), capped by
 // MaxItems, with AutoAck off. The messages of one poll are settled on the
 // broker together (see Message).

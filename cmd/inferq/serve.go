@@ -74,6 +74,7 @@ type serveFlags struct {
 	intakeWorkers int
 	resultWriters int
 	pollMaxItems  int
+	pollFollow    time.Duration
 	queryGroup    string
 	localCrashes  bool
 	queueShards   int
@@ -96,6 +97,7 @@ func runServe(ctx context.Context, a *app, args []string) error {
 	fs.IntVar(&f.intakeWorkers, "intake-workers", 0, "goroutines decoding tasks (default: number of CPUs)")
 	fs.IntVar(&f.resultWriters, "result-writers", 128, "goroutines storing results and settling messages")
 	fs.IntVar(&f.pollMaxItems, "poll-max-items", 128, "largest stream poll per queue")
+	fs.DurationVar(&f.pollFollow, "poll-follow-within", 10*time.Millisecond, "follow a live queue: when its lone tasks come within this of the last one's completion, poll for the next at once after each completion instead of peeking (one call per task instead of two, and none of KubeMQ's 100 ms redeliveries); when the queue goes quiet, one stream poll waits its 1 s, holding one of the broker's poll slots that other consumers' polls may wait on (KUBEMQ.md trap 11). 0: never follow, peek for every lone task")
 	fs.StringVar(&f.queryGroup, "query-group", consumer.DefaultQueryGroup, "KubeMQ group of the sync query subscriptions: servers in one group share a queue's queries")
 	fs.IntVar(&f.queueShards, "queue-shards", 1, "spread every queue over this many KubeMQ channels (<queue>, <queue>.shard-1, ...), each polled by one replica at a time: the replicas find each other on the events channel <queue>.members and split the shards; producers that know the count (inferq's client, WithShards) spread tasks over them, the others send to <queue> (shard 0). Several replicas on one channel strand each other's messages on KubeMQ; give every replica the same count, at least the number of replicas")
 	fs.BoolVar(&f.localCrashes, "local-crash-counts", false, "count crashes with this process's journal only: no crash reports on the events store channel <queue>.crashes, so each replica spends max_retries+1 crashes of its own")
@@ -115,6 +117,9 @@ func runServe(ctx context.Context, a *app, args []string) error {
 	}
 	if len(rest) > 0 {
 		return usageErrorf("unexpected arguments %q", rest)
+	}
+	if f.pollFollow < 0 {
+		return usageErrorf("--poll-follow-within %v: must be 0 (never follow) or more", f.pollFollow)
 	}
 	log, err := f.log.logger(a)
 	if err != nil {
@@ -242,7 +247,7 @@ func (f serveFlags) workerConfig(c *models.Config, loaded worker.Loaded, reg *pr
 		Models: loaded.ConsumerModels(), Batchers: loaded.Batchers(), DataDir: c.DataDir,
 		Results: c.Results,
 		Consumer: consumer.Config{Metrics: met, Worker: host, AlertWebhook: f.alertWebhook, AdvertiseURL: c.HTTP.AdvertiseURL,
-			IntakeWorkers: intake, Writers: f.resultWriters, PollMaxItems: f.pollMaxItems, DrainTimeout: f.shutdownGrace,
+			IntakeWorkers: intake, Writers: f.resultWriters, PollMaxItems: f.pollMaxItems, PollFollowWithin: followWithin(f.pollFollow), DrainTimeout: f.shutdownGrace,
 			QueryGroup: f.queryGroup, TracerProvider: tp, CrashHold: crashHold(f.crashHold), CrashWindow: f.crashWindow,
 			QueueShards: f.queueShards},
 		LocalCrashCounts: f.localCrashes,
@@ -304,4 +309,13 @@ func place(log *slog.Logger, ms []models.Model) ([]runtime.Placement, error) {
 		}
 	}
 	return plan.Placements, nil
+}
+
+// followWithin maps --poll-follow-within to mq.PollerConfig.FollowWithin,
+// where 0 is the default and a negative value turns following off.
+func followWithin(flag time.Duration) time.Duration {
+	if flag == 0 {
+		return -1
+	}
+	return flag
 }
