@@ -307,6 +307,19 @@ func newFreezableProxy(t *testing.T, addr string) *freezableProxy {
 	return p
 }
 
+// proxiedBroker serves an embedded broker with opts behind a
+// freezableProxy and dials it through the proxy with cfg (Address set
+// here). The goroutines of all three are checked for leaks at the end.
+func proxiedBroker(t *testing.T, opts broker.Options, cfg Config) (*freezableProxy, *Conn, *broker.Server) {
+	t.Helper()
+	t.Cleanup(func() { checkNoLeaks(t) })
+	b := broker.New(opts)
+	t.Cleanup(func() { _ = b.Close() })
+	proxy := newFreezableProxy(t, serveKubemq(t, b))
+	cfg.Address = proxy.lis.Addr().String()
+	return proxy, dialCfg(t, cfg), b
+}
+
 func (p *freezableProxy) pipe(dst, src net.Conn) {
 	defer p.wg.Done()
 	buf := make([]byte, 32<<10)
@@ -368,12 +381,8 @@ func (p *freezableProxy) thaw() {
 // KeepaliveTime + KeepaliveTimeout (gRPC's floor for KeepaliveTime is 10 s).
 func TestKeepaliveNoticesSilentBroker(t *testing.T) {
 	t.Parallel()
-	t.Cleanup(func() { checkNoLeaks(t) })
-	b := broker.New(broker.Options{})
-	t.Cleanup(func() { _ = b.Close() })
-	proxy := newFreezableProxy(t, serveKubemq(t, b))
-	c := dialCfg(t, Config{Address: proxy.lis.Addr().String(),
-		KeepaliveTime: 10 * time.Second, KeepaliveTimeout: time.Second, KeepalivePermitWithoutStream: true})
+	proxy, c, _ := proxiedBroker(t, broker.Options{},
+		Config{KeepaliveTime: 10 * time.Second, KeepaliveTimeout: time.Second, KeepalivePermitWithoutStream: true})
 	if err := c.Ping(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -388,11 +397,7 @@ func TestKeepaliveNoticesSilentBroker(t *testing.T) {
 // A Send whose ctx ends before a frozen broker answers says so, and which
 // channel it was sending to; before, it returned the bare context error.
 func TestSendNamesAnUnansweredSend(t *testing.T) {
-	t.Cleanup(func() { checkNoLeaks(t) })
-	b := broker.New(fastBroker())
-	t.Cleanup(func() { _ = b.Close() })
-	proxy := newFreezableProxy(t, serveKubemq(t, b))
-	c := dialCfg(t, Config{Address: proxy.lis.Addr().String()})
+	proxy, c, _ := proxiedBroker(t, fastBroker(), Config{})
 	ch := chanName(t)
 	if err := c.Sender().Send(context.Background(), OutMessage{Channel: ch, Body: []byte("a")}); err != nil {
 		t.Fatal(err)

@@ -31,16 +31,9 @@ func TestPollerFollowsALiveQueue(t *testing.T) {
 				}
 				send(0)
 				for i := range n {
-					select {
-					case m := <-got:
-						if want := fmt.Sprintf("m%d", i); string(m.Body) != want {
-							t.Fatalf("got %s, want %s", m.Body, want)
-						}
-						if err := m.Ack(); err != nil {
-							t.Fatal(err)
-						}
-					case <-time.After(5 * time.Second):
-						t.Fatalf("task %d not delivered", i)
+					want := fmt.Sprintf("m%d", i)
+					if m := ackNext(t, got, 5*time.Second, want); string(m.Body) != want {
+						t.Fatalf("got %s, want %s", m.Body, want)
 					}
 					if i+1 < n {
 						send(i + 1)
@@ -78,14 +71,7 @@ func TestPollerDoesNotFollowAQuietQueue(t *testing.T) {
 	for i := range n {
 		time.Sleep(150 * time.Millisecond)
 		sendN(t, c.Sender(), ch, 1)
-		select {
-		case m := <-got:
-			if err := m.Ack(); err != nil {
-				t.Fatal(err)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatalf("task %d not delivered", i)
-		}
+		ackNext(t, got, 5*time.Second, fmt.Sprint("task ", i))
 	}
 	if st := p.Stats(); st.Follows != 0 || st.Peeks < n {
 		t.Errorf("%d tasks 150 ms apart: %d follows, %d peeks; want 0 and at least %d", n, st.Follows, st.Peeks, n)
@@ -103,14 +89,7 @@ func TestPollerDoesNotFollowABusyQueue(t *testing.T) {
 	got := make(chan *Message, n)
 	p := runPoller(t, c, PollerConfig{Channel: ch, Deliver: deliverInto(got)})
 	for i := range n {
-		select {
-		case m := <-got:
-			if err := m.Ack(); err != nil {
-				t.Fatal(err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("%d of %d delivered", i, n)
-		}
+		ackNext(t, got, 10*time.Second, fmt.Sprintf("task %d of %d", i, n))
 	}
 	st := p.Stats()
 	t.Logf("%d tasks: %d peeks, %d polls, %d follows, %d counts", n, st.Peeks, st.Polls, st.Follows, st.Counts)

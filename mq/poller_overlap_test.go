@@ -66,6 +66,22 @@ func deliverInto(got chan<- *Message) func(context.Context, []*Message) (int, er
 	}
 }
 
+// ackNext receives the next message on got within d and acks it; what
+// names the message when none comes, which fails the test.
+func ackNext(t testing.TB, got <-chan *Message, d time.Duration, what string) *Message {
+	t.Helper()
+	select {
+	case m := <-got:
+		if err := m.Ack(); err != nil {
+			t.Fatalf("ack %s: %v", what, err)
+		}
+		return m
+	case <-time.After(d):
+		t.Fatalf("%s not delivered in %v", what, d)
+		return nil
+	}
+}
+
 // TestPollerLoneTaskNotHeldByACount: after polling what a peek saw, the
 // Poller counts what else waits (a burst may be behind it) without waiting
 // for the count: a lone task that arrives meanwhile is peeked and
@@ -145,14 +161,7 @@ func TestPollerCountsALightQueueRarely(t *testing.T) {
 	start := time.Now()
 	for i := range 10 {
 		sendN(t, c.Sender(), ch, 1)
-		select {
-		case m := <-got:
-			if err := m.Ack(); err != nil {
-				t.Fatal(err)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatalf("task %d not delivered", i)
-		}
+		ackNext(t, got, 5*time.Second, fmt.Sprint("task ", i))
 	}
 	st := p.Stats()
 	took := time.Since(start)

@@ -4,8 +4,6 @@ import (
 	"context"
 	"testing"
 	"time"
-
-	"github.com/inferq/inferq/broker"
 )
 
 // Up follows a broker that stops answering without closing anything (a
@@ -15,11 +13,7 @@ import (
 // lasted. A Poller that waits with a broker that answers stays Up past
 // AnswerWithin: its probe pings.
 func TestPollerUpFollowsAFrozenBroker(t *testing.T) {
-	t.Cleanup(func() { checkNoLeaks(t) })
-	b := broker.New(fastBroker())
-	t.Cleanup(func() { _ = b.Close() })
-	proxy := newFreezableProxy(t, serveKubemq(t, b))
-	c := dialCfg(t, Config{Address: proxy.lis.Addr().String(), CallTimeout: 500 * time.Millisecond})
+	proxy, c, b := proxiedBroker(t, fastBroker(), Config{CallTimeout: 500 * time.Millisecond})
 	ch := chanName(t)
 	held := make(chan *Message, 2)
 	p := runPoller(t, c, PollerConfig{Channel: ch, MaxItems: 2, MaxInFlight: 2, PollWait: 100 * time.Millisecond,
@@ -80,11 +74,7 @@ func TestPollerUpFollowsAFrozenBroker(t *testing.T) {
 // consumer's TestBrokerLossMidLoad met it now and then in the first second
 // of a poller, while its first client warmed up (trap 3).
 func TestPollerUpFollowsABrokerLostWhileNoClientIsReady(t *testing.T) {
-	t.Cleanup(func() { checkNoLeaks(t) })
-	b := broker.New(fastBroker())
-	t.Cleanup(func() { _ = b.Close() })
-	proxy := newFreezableProxy(t, serveKubemq(t, b))
-	c := dialCfg(t, Config{Address: proxy.lis.Addr().String(), CallTimeout: 500 * time.Millisecond})
+	proxy, c, _ := proxiedBroker(t, fastBroker(), Config{CallTimeout: 500 * time.Millisecond})
 	ch := chanName(t)
 	if err := c.Sender().Send(context.Background(), OutMessage{Channel: ch, Body: []byte("a")}); err != nil {
 		t.Fatal(err)
