@@ -103,7 +103,7 @@ build:
 # Tests that take the broker away under a live queue stream poll or send hit a data
 # race inside kubemq-go v1.9.0 (see skipSDKRace): they skip under -race and
 # run here once more without it.
-SDK_RACE_TESTS := TestBrokerLossMidLoad|TestPollerRecoversFromBrokerRestart|TestSettleErrors|TestBrokerRestartMidWait|TestInferRidesThroughBrokerRestart|TestEnqueueRidesThroughBrokerRestart
+SDK_RACE_TESTS := TestBrokerLossMidLoad|TestPollerRecoversFromBrokerRestart|TestSettleErrors|TestBrokerRestartMidWait|TestInferRidesThroughBrokerRestart|TestEnqueueRidesThroughBrokerRestart|TestSendNamesAnUnansweredSend
 
 ## test: fetch onnxruntime when needed, then run every test with the race detector
 test: setup nocgo

@@ -397,6 +397,7 @@ func TestKeepaliveNoticesSilentBroker(t *testing.T) {
 // A Send whose ctx ends before a frozen broker answers says so, and which
 // channel it was sending to; before, it returned the bare context error.
 func TestSendNamesAnUnansweredSend(t *testing.T) {
+	skipSDKRace(t)
 	proxy, c, _ := proxiedBroker(t, fastBroker(), Config{})
 	ch := chanName(t)
 	if err := c.Sender().Send(context.Background(), OutMessage{Channel: ch, Body: []byte("a")}); err != nil {

@@ -107,6 +107,13 @@ func runPoller(t testing.TB, c *Conn, cfg PollerConfig) *Poller {
 	if err != nil {
 		t.Fatal(err)
 	}
+	startPoller(t, p)
+	return p
+}
+
+// startPoller runs p (made, and its test hooks set) until the test ends.
+func startPoller(t testing.TB, p *Poller) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()
@@ -121,7 +128,6 @@ func runPoller(t testing.TB, c *Conn, cfg PollerConfig) *Poller {
 			t.Errorf("poller did not stop")
 		}
 	})
-	return p
 }
 
 func sendN(t testing.TB, s *Sender, ch string, n int) {

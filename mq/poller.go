@@ -167,8 +167,8 @@ type PollerStats struct {
 // queue, one task after another, is followed instead (see FollowWithin):
 // there a stream poll waits once, when the queue goes quiet. When
 // messages are there it stream-polls at most as many as are ready (see
-// ready), capped by MaxItems, with AutoAck off. The messages of one poll are settled on the
-// broker together (see Message).
+// ready), capped by MaxItems, with AutoAck off. The messages of one poll
+// are settled on the broker together (see Message).
 //
 // Its batches overlap only while the queue is light. On KubeMQ each open
 // poll transaction is a member of the queue's NATS Streaming queue group,
@@ -215,9 +215,8 @@ type Poller struct {
 	overlapped   bool
 	overlappedAt time.Time
 	room         chan struct{} // signalled when a message is settled
-	// completed: a batch completed since the last peek began (see
-	// SettleGrace), last at completedAt (unix ns).
-	completed   atomic.Bool
+	// completedAt is when a batch last completed (unix ns; see
+	// SettleGrace and FollowWithin).
 	completedAt atomic.Int64
 	maxSeq      uint64 // highest sequence received; Run's goroutine only
 
@@ -360,8 +359,10 @@ type loop struct {
 	found     int
 
 	// following: the queue is live, and the next poll after a batch
-	// completes is made at once (see FollowWithin).
+	// completes is made at once (see FollowWithin). watched is the
+	// completion (Poller.completedAt) that the last watch knew of.
 	following bool
+	watched   int64
 }
 
 // asideCount is a count's answer.
@@ -540,7 +541,9 @@ func (l *loop) retireLeftOpen() {
 // follow), and reports the next task as seen, to be polled at once.
 func (l *loop) watch() bool {
 	ctx := l.ctx
-	short := l.p.completed.Swap(false)
+	done := l.p.completedAt.Load()
+	short := done > l.watched // a batch completed since the last watch
+	l.watched = done
 	if short && l.following {
 		if _, open := l.p.holding(); !open {
 			l.p.follows.Add(1)
@@ -708,11 +711,13 @@ func (l *loop) pollOnce(ask int) {
 func (l *loop) follow(ask, got int) {
 	p := l.p
 	last := p.completedAt.Load()
-	p.mu.Lock()
-	others := p.held - got
-	p.mu.Unlock()
-	l.following = p.cfg.FollowWithin > 0 && ask == 1 && got == 1 && !l.counted && others == 0 &&
+	l.following = p.cfg.FollowWithin > 0 && ask == 1 && got == 1 && !l.counted &&
 		last > 0 && time.Since(time.Unix(0, last)) <= p.cfg.FollowWithin
+	if l.following { // the batch just polled is the only one open
+		p.mu.Lock()
+		l.following = p.held == got
+		p.mu.Unlock()
+	}
 }
 
 // replaceLostClient drops the current client after a long outage: a new
@@ -823,13 +828,13 @@ func (p *Poller) peek(ctx context.Context) (int, error) {
 // a poll would get at once; 0 when unknown. The real broker's Waiting also
 // counts the messages delivered and not settled, ours included (measured:
 // Waiting stayed 10 while a poll held 4 of 10), so the Poller subtracts
-// what its incomplete batches hold. Waiting drops only once the broker has applied our
-// settlements, which it does not confirm, so the estimate is also capped by
-// the messages stored after the last one received (LastSequence minus the
-// highest sequence received), which does not depend on that timing. Both
-// bounds can only undercount messages given back by a stream loss, which
-// the idle peek then finds: an undercount costs a smaller poll, an
-// overcount the whole WaitTimeout (trap 2).
+// what its incomplete batches hold. Waiting drops only once the broker has
+// applied our settlements, which it does not confirm, so the estimate is
+// also capped by the messages stored after the last one received
+// (LastSequence minus the highest sequence received), which does not
+// depend on that timing. Both bounds can only undercount messages given
+// back by a stream loss, which the idle peek then finds: an undercount
+// costs a smaller poll, an overcount the whole WaitTimeout (trap 2).
 func (p *Poller) ready(q QueueInfo, ok bool, err error) int {
 	if err != nil || !ok {
 		return 0

@@ -47,11 +47,11 @@ func (pc *pollClient) release(t *txn, last bool) {
 		p.held -= len(t.resp.Messages)
 		// Completing while another batch is open may strand messages
 		// in it (see Poller); once none is open they are back.
+		now := time.Now()
 		if p.overlapped = p.held > 0; p.overlapped {
-			p.overlappedAt = time.Now()
+			p.overlappedAt = now
 		}
-		p.completedAt.Store(time.Now().UnixNano())
-		p.completed.Store(true)
+		p.completedAt.Store(now.UnixNano())
 	}
 	if pc.retired && pc.out == 0 {
 		close(pc.idle)

@@ -107,7 +107,7 @@ func (s *Sender) Send(ctx context.Context, msgs ...OutMessage) error {
 	select {
 	case <-r.done:
 	case <-ctx.Done():
-		return fmt.Errorf("mq: send to %s: no answer from the broker before the caller's context ended: %w", msgs[0].Channel, ctx.Err())
+		return fmt.Errorf("mq: send to %s: no answer from the broker before the caller's context ended: %w", channels(msgs), ctx.Err())
 	}
 	if r.err != nil {
 		return r.err
@@ -244,6 +244,21 @@ func (l *sendLoop) stop() {
 			return
 		}
 	}
+}
+
+// channels names where msgs go, for an error: the channel, or the first
+// and how many others.
+func channels(msgs []OutMessage) string {
+	others := 0
+	for i := range msgs {
+		if msgs[i].Channel != msgs[0].Channel {
+			others++
+		}
+	}
+	if others == 0 {
+		return msgs[0].Channel
+	}
+	return fmt.Sprintf("%s and %d messages to other channels", msgs[0].Channel, others)
 }
 
 func sizeOf(msgs []OutMessage) int {
