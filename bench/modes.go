@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/inferq/inferq/batch"
 	"github.com/inferq/inferq/client"
 	"github.com/inferq/inferq/consumer"
 	"github.com/inferq/inferq/models"
@@ -108,21 +109,21 @@ func (c outputCheck) record(id string, rec *task.Record) error {
 type batchCounter struct{ batches, rows atomic.Int64 }
 
 func (c *batchCounter) ObserveQueueWait(time.Duration) {}
-func (c *batchCounter) ObserveBatch(s runtime.BatchStats) {
+func (c *batchCounter) ObserveBatch(s batch.Stats) {
 	c.batches.Add(1)
 	c.rows.Add(int64(s.Rows))
 }
 
 // newBatcher builds a batcher for m with max_batch_size bs and the given
 // concurrency over its sessions, counting into bc (nil: not counted).
-func newBatcher(m *benchModel, bs, concurrency int, bc *batchCounter, log *slog.Logger) (*runtime.Batcher, error) {
-	runners := make([]runtime.Runner, len(m.sessions))
+func newBatcher(m *benchModel, bs, concurrency int, bc *batchCounter, log *slog.Logger) (*batch.Batcher, error) {
+	runners := make([]batch.Runner, len(m.sessions))
 	for i, s := range m.sessions {
 		runners[i] = s
 	}
 	cfg := m.cfg
 	cfg.Batching.MaxBatchSize, cfg.Concurrency = bs, concurrency
-	var obs runtime.BatchObserver
+	var obs batch.Observer
 	if bc != nil {
 		obs = bc
 	}
@@ -150,7 +151,7 @@ func directRun(m *benchModel, bs int, log *slog.Logger) (*sampleRun, error) {
 	start := func(ctx, wctx context.Context, _, n int, fin func(error)) error {
 		owner := &directOwner{m: m, fin: fin}
 		for range n {
-			r := &runtime.Request{Item: runtime.Item{Inputs: m.input()}, Owner: owner}
+			r := &batch.Request{Item: batch.Item{Inputs: m.input()}, Owner: owner}
 			if err := b.Enqueue(ctx, r); err != nil {
 				fin(err)
 			}
@@ -171,9 +172,9 @@ type directOwner struct {
 	fin func(error)
 }
 
-func (*directOwner) RunStarting(*runtime.Request) {}
+func (*directOwner) RunStarting(*batch.Request) {}
 
-func (o *directOwner) Finished(r *runtime.Request) {
+func (o *directOwner) Finished(r *batch.Request) {
 	if r.Result.Err != nil {
 		o.fin(r.Result.Err)
 		return

@@ -11,7 +11,7 @@
 //	           request (model, inputs, outputs, deadline, priority, the
 //	           caller's span) or a verdict (undecodable, unknown model,
 //	           bad input, too large, expired, cancelled) out;
-//	           --Enqueue--> runtime.Batcher, the job its Request's Owner
+//	           --Enqueue--> batch.Batcher, the job its Request's Owner
 //	settle.go  job.RunStarting (journal, progress), job.Finished --> writers:
 //	           decide (a pure function: ack, retry after d, dead-letter,
 //	           unprocessable, give back) then settle carries it out:

@@ -6,19 +6,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inferq/inferq/batch"
 	"github.com/inferq/inferq/consumer"
-	"github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/task"
 )
 
 // versioned is a batcher that says which model version took each request
-// (runtime.Request.Version), as a model repository's does.
+// (batch.Request.Version), as a model repository's does.
 type versioned struct {
 	consumer.Batcher
 	version string
 }
 
-func (v versioned) Enqueue(ctx context.Context, r *runtime.Request) error {
+func (v versioned) Enqueue(ctx context.Context, r *batch.Request) error {
 	r.Version = v.version
 	return v.Batcher.Enqueue(ctx, r)
 }

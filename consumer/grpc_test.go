@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inferq/inferq/batch"
 	"github.com/inferq/inferq/consumer"
 	pb "github.com/inferq/inferq/consumer/inferencepb"
 	"github.com/inferq/inferq/models"
@@ -90,8 +91,8 @@ func newORTServer(t *testing.T, o ortOpts) *ortServer {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { sess.Close() })
-		bat, err := runtime.NewBatcher(runtime.BatcherConfig{Name: name, Policy: runtime.BatchPolicy{MaxBatchSize: 8},
-			Runners: []runtime.Runner{sess}, Observer: met.BatchObserver(name)})
+		bat, err := batch.New(batch.Config{Name: name, Policy: batch.Policy{MaxBatchSize: 8},
+			Runners: []batch.Runner{sess}, Observer: met.BatchObserver(name)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -542,4 +543,4 @@ func TestGRPCBatcherClosed(t *testing.T) {
 
 type closedBatcher struct{}
 
-func (closedBatcher) Enqueue(context.Context, *runtime.Request) error { return runtime.ErrClosed }
+func (closedBatcher) Enqueue(context.Context, *batch.Request) error { return batch.ErrClosed }

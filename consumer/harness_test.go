@@ -13,13 +13,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inferq/inferq/batch"
 	"github.com/inferq/inferq/broker"
 	"github.com/inferq/inferq/broker/brokertest"
 	"github.com/inferq/inferq/consumer"
 	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/mq"
 	"github.com/inferq/inferq/results"
-	"github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/task"
 	"github.com/inferq/inferq/tensor"
 	pb "github.com/kubemq-io/protobuf/go"
@@ -46,7 +46,7 @@ type fakeBatcher struct {
 
 func newFakeBatcher() *fakeBatcher { return &fakeBatcher{runs: map[float32]int{}} }
 
-func (f *fakeBatcher) Enqueue(ctx context.Context, r *runtime.Request) error {
+func (f *fakeBatcher) Enqueue(ctx context.Context, r *batch.Request) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -55,7 +55,7 @@ func (f *fakeBatcher) Enqueue(ctx context.Context, r *runtime.Request) error {
 			<-f.gate
 		}
 		if err := ctx.Err(); err != nil {
-			r.Finish(runtime.ItemResult{Err: err})
+			r.Finish(batch.ItemResult{Err: err})
 			return
 		}
 		r.Start(1)
@@ -64,11 +64,11 @@ func (f *fakeBatcher) Enqueue(ctx context.Context, r *runtime.Request) error {
 	return nil
 }
 
-func (f *fakeBatcher) run(it runtime.Item) runtime.ItemResult {
+func (f *fakeBatcher) run(it batch.Item) batch.ItemResult {
 	f.total.Add(1)
 	x, err := tensor.Values[float32](it.Inputs[0])
 	if err != nil {
-		return runtime.ItemResult{Err: err}
+		return batch.ItemResult{Err: err}
 	}
 	f.mu.Lock()
 	f.runs[x[1]]++
@@ -76,15 +76,15 @@ func (f *fakeBatcher) run(it runtime.Item) runtime.ItemResult {
 	f.mu.Unlock()
 	switch {
 	case x[0] >= 1000:
-		return runtime.ItemResult{Err: errors.New("boom: the model failed")}
+		return batch.ItemResult{Err: errors.New("boom: the model failed")}
 	case x[0] >= 500 && n <= int(x[0]-500):
-		return runtime.ItemResult{Err: fmt.Errorf("transient failure %d", n)}
+		return batch.ItemResult{Err: fmt.Errorf("transient failure %d", n)}
 	}
 	y := make([]float32, len(x))
 	for i, v := range x {
 		y[i] = 2 * v
 	}
-	return runtime.ItemResult{Outputs: []tensor.Tensor{tensor.NewTensor("y", it.Inputs[0].Shape, y)}}
+	return batch.ItemResult{Outputs: []tensor.Tensor{tensor.NewTensor("y", it.Inputs[0].Shape, y)}}
 }
 
 func (f *fakeBatcher) runsOf(key float32) int {

@@ -10,9 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/inferq/inferq/batch"
 	"github.com/inferq/inferq/logclip"
 	"github.com/inferq/inferq/mq"
-	"github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/task"
 	"github.com/inferq/inferq/tensor"
 	"go.opentelemetry.io/otel/propagation"
@@ -228,8 +228,8 @@ func (s *Server) run(ctx context.Context, j *job) {
 	s.pub.progress(j.q.name, t.ID, PctReceived, "received")
 	j.enqueued = s.cfg.Now()
 	j.stage = s.trace.stage(j.root, nil, SpanBatch)
-	j.req = runtime.Request{
-		Item: runtime.Item{Inputs: j.adm.inputs, Outputs: j.adm.outputs},
+	j.req = batch.Request{
+		Item: batch.Item{Inputs: j.adm.inputs, Outputs: j.adm.outputs},
 		// A task that was in flight when a process died runs alone, so
 		// the tasks that shared its batch do not share its fate; so does
 		// one another consumer gave back (returnedTo), which may be that.
@@ -420,7 +420,7 @@ type admitted struct {
 	priority bool      // sync requests run ahead of queued tasks
 	level    int       // the priority level (batching.Level)
 	// ranVersion (sync requests) is the model version that ran it, when
-	// the batcher said (runtime.Request.Version).
+	// the batcher said (batch.Request.Version).
 	ranVersion string
 	// remote is the caller's span (traceparent), when traced.
 	remote trace.SpanContext

@@ -3,7 +3,7 @@ package consumer
 import (
 	"time"
 
-	"github.com/inferq/inferq/runtime"
+	"github.com/inferq/inferq/batch"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -128,7 +128,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 // inferq_batch_size, the batch_wait stage of inferq_task_duration_seconds
 // (every request's queue wait, whatever its path: Triton's queue duration)
 // and inferq_inference_compute_duration_seconds.
-func (m *Metrics) BatchObserver(model string) runtime.BatchObserver {
+func (m *Metrics) BatchObserver(model string) batch.Observer {
 	return batchObserver{wait: m.Duration.WithLabelValues(model, StageBatchWait), size: m.BatchSize.WithLabelValues(model),
 		compute: m.Compute.WithLabelValues(model)}
 }
@@ -139,7 +139,7 @@ type batchObserver struct {
 
 func (o batchObserver) ObserveQueueWait(d time.Duration) { o.wait.Observe(d.Seconds()) }
 
-func (o batchObserver) ObserveBatch(s runtime.BatchStats) {
+func (o batchObserver) ObserveBatch(s batch.Stats) {
 	o.size.Observe(float64(s.Rows))
 	run := s.Run.Seconds()
 	for range s.Items {

@@ -11,8 +11,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/inferq/inferq/batch"
 	"github.com/inferq/inferq/models"
-	"github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/task"
 )
 
@@ -270,7 +270,7 @@ func inferStatus(a *admitted, outcome string, err error) int {
 		return http.StatusNotFound
 	case a.verdict != admitRun, outcome == OutcomeBadInput, outcome == OutcomeExpired:
 		return http.StatusBadRequest
-	case errors.Is(err, runtime.ErrClosed), Unavailable(err):
+	case errors.Is(err, batch.ErrClosed), Unavailable(err):
 		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError

@@ -19,10 +19,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inferq/inferq/batch"
 	"github.com/inferq/inferq/consumer"
 	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/mq"
-	"github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/task"
 	"github.com/inferq/inferq/tensor"
 	"github.com/prometheus/client_golang/prometheus"
@@ -436,13 +436,13 @@ type blockingBatcher struct {
 	release chan struct{}
 }
 
-func (b *blockingBatcher) Enqueue(ctx context.Context, r *runtime.Request) error {
+func (b *blockingBatcher) Enqueue(ctx context.Context, r *batch.Request) error {
 	go func() {
 		b.entered <- struct{}{}
 		select {
 		case <-b.release:
 		case <-ctx.Done():
-			r.Finish(runtime.ItemResult{Err: ctx.Err()})
+			r.Finish(batch.ItemResult{Err: ctx.Err()})
 			return
 		}
 		r.Start(1)

@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inferq/inferq/batch"
 	"github.com/inferq/inferq/consumer"
 	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/mq"
-	"github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/task"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -25,8 +25,8 @@ func policyHarness(t *testing.T, batching func(*models.Batching)) (h *harness, r
 	m := defaultModel()
 	m.Batching.MaxBatchSize, m.Batching.MaxQueueDelay = 1, 0
 	batching(&m.Batching)
-	b := runBatcher(t, runtime.BatcherConfig{Name: testModel, Runners: []runtime.Runner{r},
-		Policy: runtime.BatchPolicy{MaxBatchSize: 1, PriorityLevels: m.Batching.PriorityLevels, PriorityAging: m.Batching.Aging()},
+	b := runBatcher(t, batch.Config{Name: testModel, Runners: []batch.Runner{r},
+		Policy: batch.Policy{MaxBatchSize: 1, PriorityLevels: m.Batching.PriorityLevels, PriorityAging: m.Batching.Aging()},
 		// As the worker builds it: max_queue_size is the batcher's bound.
 		QueueSize: max(m.Batching.MaxQueueSize, 64)})
 	h = newHarness(t, func(c *harnessConfig) { c.model = m }, withBatcher(b))
@@ -242,7 +242,7 @@ func TestInferenceMetricsEveryPath(t *testing.T) {
 		t.Errorf("inferq_inference_request_failure_total{reason=bad_input} %v, want 1", got)
 	}
 	obs := h.met.BatchObserver(testModel)
-	obs.ObserveBatch(runtime.BatchStats{Items: 3, Rows: 3, Run: 2 * time.Millisecond})
+	obs.ObserveBatch(batch.Stats{Items: 3, Rows: 3, Run: 2 * time.Millisecond})
 	if got := testutil.CollectAndCount(h.met.Compute); got != 1 {
 		t.Errorf("compute histogram series %d, want 1", got)
 	}
@@ -266,8 +266,8 @@ func TestInferenceMetricsEveryPath(t *testing.T) {
 func TestPollRunsOnceAllIn(t *testing.T) {
 	forBrokers(t, func(t *testing.T, on brokerOpt) {
 		r := &gatedRunner{f: newFakeBatcher()}
-		b := runBatcher(t, runtime.BatcherConfig{Name: testModel, Runners: []runtime.Runner{r},
-			Policy: runtime.BatchPolicy{MaxBatchSize: 64, MaxQueueDelay: time.Hour}})
+		b := runBatcher(t, batch.Config{Name: testModel, Runners: []batch.Runner{r},
+			Policy: batch.Policy{MaxBatchSize: 64, MaxQueueDelay: time.Hour}})
 		h := newHarness(t, on, withBatcher(b))
 		const n = 20
 		var msgs []mq.OutMessage

@@ -9,8 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/inferq/inferq/batch"
 	"github.com/inferq/inferq/mq"
-	"github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/task"
 	"github.com/inferq/inferq/tensor"
 	"go.opentelemetry.io/otel/attribute"
@@ -95,11 +95,11 @@ func (s *Server) query(ctx context.Context, q *queue, req *mq.QueryRequest) (res
 }
 
 // syncJob is the run of a sync request (query or HTTP): the Owner of its
-// runtime.Request. Once the request is enqueued only the batcher touches
+// batch.Request. Once the request is enqueued only the batcher touches
 // it, until Finished signals done; a caller that gives up first leaves it
 // to the batcher.
 type syncJob struct {
-	req         runtime.Request
+	req         batch.Request
 	trace       tracing
 	root, stage context.Context
 	done        chan struct{}
@@ -108,14 +108,14 @@ type syncJob struct {
 }
 
 // RunStarting opens the SpanInfer stage.
-func (j *syncJob) RunStarting(r *runtime.Request) {
+func (j *syncJob) RunStarting(r *batch.Request) {
 	j.started.Store(true)
 	j.pol.release()
 	j.stage = j.trace.inferStage(j.root, j.stage, r.BatchItems)
 }
 
 // Finished ends the open stage and wakes the caller.
-func (j *syncJob) Finished(r *runtime.Request) {
+func (j *syncJob) Finished(r *batch.Request) {
 	if !j.started.Load() {
 		j.pol.release()
 	}
@@ -142,12 +142,12 @@ func (s *Server) runSync(ctx context.Context, a *admitted, root context.Context)
 		return nil, OutcomeQueueFull, err
 	}
 	j := &syncJob{trace: s.trace, root: root, done: make(chan struct{}, 1), pol: pol}
-	j.req = runtime.Request{Item: runtime.Item{Inputs: a.inputs, Outputs: a.outputs}, Priority: a.priority, Level: a.level, Owner: j}
+	j.req = batch.Request{Item: batch.Item{Inputs: a.inputs, Outputs: a.outputs}, Priority: a.priority, Level: a.level, Owner: j}
 	j.stage = s.trace.stage(root, nil, SpanBatch)
 	// The batcher waits with qctx: the deadline or default_queue_timeout.
 	qctx, cancel := pol.queueCtx(ctx, time.Time{}, s.cfg.Now())
 	defer cancel()
-	var r runtime.ItemResult
+	var r batch.ItemResult
 	if err := a.model.Batcher.Enqueue(qctx, &j.req); err != nil {
 		pol.release()
 		r.Err = fmt.Errorf("enqueue for inference: %w", context.Cause(qctx))
@@ -169,17 +169,17 @@ func (s *Server) runSync(ctx context.Context, a *admitted, root context.Context)
 
 // wait waits for j's result, for ctx to end, or for qctx to end before
 // its run started (the queue timeout: the batcher will not start it then).
-func (j *syncJob) wait(ctx, qctx context.Context) runtime.ItemResult {
+func (j *syncJob) wait(ctx, qctx context.Context) batch.ItemResult {
 	queued := qctx.Done()
 	for {
 		select {
 		case <-j.done:
 			return j.req.Result
 		case <-ctx.Done():
-			return runtime.ItemResult{Err: ctx.Err()}
+			return batch.ItemResult{Err: ctx.Err()}
 		case <-queued:
 			if !j.started.Load() {
-				return runtime.ItemResult{Err: context.Cause(qctx)}
+				return batch.ItemResult{Err: context.Cause(qctx)}
 			}
 			queued = nil // running: its result is on the way
 		}
@@ -196,7 +196,7 @@ func syncError(model string, err error) (outcome string, _ error) {
 			outcome = OutcomeQueueFull
 		}
 		return outcome, err // it names the model and the setting
-	case errors.Is(err, runtime.ErrInvalidInput):
+	case errors.Is(err, batch.ErrInvalidInput):
 		return OutcomeBadInput, fmt.Errorf("model %q: %w", model, err)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return OutcomeExpired, fmt.Errorf("model %q: the caller gave up (timeout) before the result: %w", model, err)

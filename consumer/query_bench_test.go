@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inferq/inferq/batch"
 	"github.com/inferq/inferq/broker"
 	"github.com/inferq/inferq/broker/brokertest"
 	"github.com/inferq/inferq/consumer"
@@ -57,8 +58,8 @@ func newMLPBench(b *testing.B, delay time.Duration) *mlpBench {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { sess.Close() })
-	bat, err := runtime.NewBatcher(runtime.BatcherConfig{Name: "mlp", Policy: runtime.BatchPolicy{MaxBatchSize: 64, MaxQueueDelay: delay},
-		Runners: []runtime.Runner{sess}})
+	bat, err := batch.New(batch.Config{Name: "mlp", Policy: batch.Policy{MaxBatchSize: 64, MaxQueueDelay: delay},
+		Runners: []batch.Runner{sess}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -11,17 +11,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inferq/inferq/batch"
 	"github.com/inferq/inferq/consumer"
 	"github.com/inferq/inferq/mq"
 	"github.com/inferq/inferq/results"
-	"github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/task"
 	"github.com/inferq/inferq/tensor"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
-// gatedRunner is a runtime.Runner over the fake model (fakeBatcher.run),
-// for a real runtime.Batcher: it records the key (x[1]) of every item it
+// gatedRunner is a batch.Runner over the fake model (fakeBatcher.run),
+// for a real batch.Batcher: it records the key (x[1]) of every item it
 // runs, in order, and when gate is set every batch waits for a receive (or
 // its close) first.
 type gatedRunner struct {
@@ -33,17 +33,17 @@ type gatedRunner struct {
 	batches [][]float32
 }
 
-func (r *gatedRunner) RunBatch(ctx context.Context, items []runtime.Item) []runtime.ItemResult {
+func (r *gatedRunner) RunBatch(ctx context.Context, items []batch.Item) []batch.ItemResult {
 	if r.gate != nil {
 		<-r.gate
 	}
-	res := make([]runtime.ItemResult, len(items))
+	res := make([]batch.ItemResult, len(items))
 	var keys []float32
 	for i, it := range items {
 		x, _ := tensor.Values[float32](it.Inputs[0])
 		keys = append(keys, x[1])
 		if len(it.Outputs) > 0 && (len(it.Outputs) != 1 || it.Outputs[0] != "y") {
-			res[i].Err = fmt.Errorf("%w: outputs %q: the model has y", runtime.ErrInvalidInput, it.Outputs)
+			res[i].Err = fmt.Errorf("%w: outputs %q: the model has y", batch.ErrInvalidInput, it.Outputs)
 			continue
 		}
 		res[i] = r.f.run(it)
@@ -63,16 +63,16 @@ func (r *gatedRunner) ran() []float32 {
 
 // newBatcher starts a real batcher over r, stopped at cleanup (after the
 // harness's consumer when created before it).
-func newBatcher(t testing.TB, r runtime.Runner, maxBatch int) *runtime.Batcher {
+func newBatcher(t testing.TB, r batch.Runner, maxBatch int) *batch.Batcher {
 	t.Helper()
-	return runBatcher(t, runtime.BatcherConfig{Name: testModel, Policy: runtime.BatchPolicy{MaxBatchSize: maxBatch},
-		Runners: []runtime.Runner{r}, QueueSize: 64})
+	return runBatcher(t, batch.Config{Name: testModel, Policy: batch.Policy{MaxBatchSize: maxBatch},
+		Runners: []batch.Runner{r}, QueueSize: 64})
 }
 
 // runBatcher starts a batcher of cfg, stopped at cleanup.
-func runBatcher(t testing.TB, cfg runtime.BatcherConfig) *runtime.Batcher {
+func runBatcher(t testing.TB, cfg batch.Config) *batch.Batcher {
 	t.Helper()
-	b, err := runtime.NewBatcher(cfg)
+	b, err := batch.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,11 +9,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/inferq/inferq/batch"
 	"github.com/inferq/inferq/logclip"
 	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/mq"
 	"github.com/inferq/inferq/results"
-	"github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/shard"
 	"github.com/inferq/inferq/tensor"
 	"go.opentelemetry.io/otel/trace"
@@ -22,9 +22,9 @@ import (
 // Batcher takes one item into a model's dynamic batcher; once Enqueue
 // accepts it, the request's Owner hears RunStarting right before its run
 // (if it runs) and Finished once, with the result in the request (see
-// runtime.Owner). *runtime.Batcher satisfies it.
+// batch.Owner). *batch.Batcher satisfies it.
 type Batcher interface {
-	Enqueue(ctx context.Context, r *runtime.Request) error
+	Enqueue(ctx context.Context, r *batch.Request) error
 }
 
 // Store stores a result record durably (broker or spool) before it
@@ -61,7 +61,7 @@ type Model struct {
 }
 
 // version is the model_version of a result: ran, the version the batcher
-// says ran it (runtime.Request.Version, set by a model repository's
+// says ran it (batch.Request.Version, set by a model repository's
 // batcher), else m.Version.
 func (m *Model) version(ran string) string {
 	if ran != "" {
@@ -292,7 +292,7 @@ func (q *queue) arrived() {
 
 // flusher is a Batcher that can be told that nothing more is on its way
 // for the requests it holds, so that they do not wait out
-// max_queue_delay (runtime.Batcher.Flush).
+// max_queue_delay (batch.Batcher.Flush).
 type flusher interface{ Flush() }
 
 // wake tells waitQueueRoom to look again.

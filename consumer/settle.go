@@ -10,10 +10,10 @@ import (
 	"unicode/utf8"
 
 	"github.com/cenkalti/backoff/v5"
+	"github.com/inferq/inferq/batch"
 	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/mq"
 	"github.com/inferq/inferq/results"
-	"github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/task"
 )
 
@@ -24,7 +24,7 @@ import (
 // acks, nacks, resends or forwards messages.
 
 // job is one taken message from intake to settlement. It is the Owner of
-// its runtime.Request: the batcher tells it when the run starts and hands
+// its batch.Request: the batcher tells it when the run starts and hands
 // the finished request back, result included.
 type job struct {
 	s        *Server
@@ -41,8 +41,8 @@ type job struct {
 	// runs alone.
 	returned bool
 
-	req     runtime.Request // the run; req.Result once finished
-	started bool            // its run started (RunStarting)
+	req     batch.Request // the run; req.Result once finished
+	started bool          // its run started (RunStarting)
 	cancel  context.CancelFunc
 
 	// root carries the task's SpanReceive, stage its open stage span; both
@@ -52,7 +52,7 @@ type job struct {
 
 // RunStarting records the attempt right before the run starts, so that a
 // crash counts only against the tasks that were running.
-func (j *job) RunStarting(r *runtime.Request) {
+func (j *job) RunStarting(r *batch.Request) {
 	j.started = true
 	j.adm.model.pol.release()
 	if err := j.s.journal.Start(j.msg.ID); err != nil {
@@ -64,7 +64,7 @@ func (j *job) RunStarting(r *runtime.Request) {
 
 // Finished hands the finished run to the writers. It blocks while they
 // are all busy, which holds the batcher back: backpressure, not loss.
-func (j *job) Finished(r *runtime.Request) {
+func (j *job) Finished(r *batch.Request) {
 	if !j.started {
 		j.adm.model.pol.release()
 	}
@@ -156,12 +156,12 @@ func decide(f facts) settlement {
 		o.action, o.err, o.label = actAck, err, OutcomeQueueTimeout
 	case errors.Is(err, context.DeadlineExceeded):
 		o.action, o.err, o.label = actAck, fmt.Errorf("deadline exceeded before inference started: %w", err), OutcomeExpired
-	case f.neverRan, errors.Is(err, context.Canceled), errors.Is(err, runtime.ErrClosed):
+	case f.neverRan, errors.Is(err, context.Canceled), errors.Is(err, batch.ErrClosed):
 		// It did not run (shutdown caught it in the batcher or in intake,
 		// whatever the error says): it has no result to record; back to
 		// the queue as if never received, with no attempt counted.
 		o.action, o.status, o.err, o.label = actGiveBack, "", err, ""
-	case errors.Is(err, runtime.ErrInvalidInput):
+	case errors.Is(err, batch.ErrInvalidInput):
 		o.action, o.err, o.label = actDeadLetter, err, OutcomeBadInput
 	case f.attempt >= f.limit:
 		o.action, o.err, o.label = actDeadLetter, fmt.Errorf("attempt %d of %d: %w", f.attempt, f.limit, err), OutcomeFailure

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inferq/inferq/batch"
 	"github.com/inferq/inferq/models"
-	"github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/task"
 )
 
@@ -37,11 +37,11 @@ func TestDecide(t *testing.T) {
 			"worker lost during inference: the process ended during 4 attempt(s) of this task; attempts exhausted (4)", [2]time.Duration{}},
 		{"attempts spent, FAILURE stored", facts{spent: true, attempt: 2, limit: 1}, actDeadLetter, task.StatusFailure, OutcomeFailure,
 			"attempts exhausted (1)", [2]time.Duration{}},
-		{"run refused the input", facts{result: fmt.Errorf("x: %w", runtime.ErrInvalidInput), attempt: 1, limit: 4}, actDeadLetter, task.StatusFailure, OutcomeBadInput, "x: ", [2]time.Duration{}},
+		{"run refused the input", facts{result: fmt.Errorf("x: %w", batch.ErrInvalidInput), attempt: 1, limit: 4}, actDeadLetter, task.StatusFailure, OutcomeBadInput, "x: ", [2]time.Duration{}},
 		{"deadline before the run", facts{result: context.DeadlineExceeded, attempt: 1, limit: 4}, actAck, task.StatusFailure, OutcomeExpired,
 			"deadline exceeded before inference started", [2]time.Duration{}},
 		{"shutdown before the run", facts{result: context.Canceled, attempt: 1, limit: 4}, actGiveBack, "", "", "canceled", [2]time.Duration{}},
-		{"batcher closed", facts{result: fmt.Errorf("enqueue: %w", runtime.ErrClosed), attempt: 1, limit: 4}, actGiveBack, "", "", "closed", [2]time.Duration{}},
+		{"batcher closed", facts{result: fmt.Errorf("enqueue: %w", batch.ErrClosed), attempt: 1, limit: 4}, actGiveBack, "", "", "closed", [2]time.Duration{}},
 		{"never ran, whatever the error, last attempt", facts{result: boom, neverRan: true, attempt: 1, limit: 1}, actGiveBack, "", "", "boom", [2]time.Duration{}},
 		{"never ran, its deadline passed", facts{result: context.DeadlineExceeded, neverRan: true, attempt: 1, limit: 1}, actAck, task.StatusFailure, OutcomeExpired,
 			"deadline exceeded before inference started", [2]time.Duration{}},

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inferq/inferq/batch"
 	"github.com/inferq/inferq/consumer"
-	"github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/task"
 )
 
@@ -19,7 +19,7 @@ import (
 // as the first terminal record the producer sees.
 func TestStopGivesBackWhatNeverRanUncounted(t *testing.T) {
 	first := &gatedRunner{f: newFakeBatcher(), gate: make(chan struct{})}
-	var batcher atomic.Pointer[runtime.Batcher]
+	var batcher atomic.Pointer[batch.Batcher]
 	batcher.Store(newBatcher(t, first, 1))
 	h := newHarness(t, func(c *harnessConfig) {
 		c.grace = 200 * time.Millisecond
@@ -60,8 +60,8 @@ func TestStopGivesBackWhatNeverRanUncounted(t *testing.T) {
 // receive, and at the producer's MaxReceiveCount 1 the broker would move
 // the task, which never ran, to the producer's dead letter queue.
 func TestNeverRanIsGivenBackUncounted(t *testing.T) {
-	closed, err := runtime.NewBatcher(runtime.BatcherConfig{Name: testModel,
-		Policy: runtime.BatchPolicy{MaxBatchSize: 1}, Runners: []runtime.Runner{&gatedRunner{f: newFakeBatcher()}}})
+	closed, err := batch.New(batch.Config{Name: testModel,
+		Policy: batch.Policy{MaxBatchSize: 1}, Runners: []batch.Runner{&gatedRunner{f: newFakeBatcher()}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -354,7 +354,7 @@ type Batching struct {
 	MaxBatchSize int `yaml:"max_batch_size"`
 	// MaxQueueDelay is how long the batcher waits after the first item
 	// for more. Tasks of a queue poll do not wait for it once intake has
-	// enqueued all that the poll delivered (runtime.Batcher.Flush).
+	// enqueued all that the poll delivered (batch.Batcher.Flush).
 	MaxQueueDelay Duration `yaml:"max_queue_delay"`
 	// PreferredBatchSizes, optional, are sizes the batcher runs as soon
 	// as it reaches them.

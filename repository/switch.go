@@ -7,7 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/inferq/inferq/runtime"
+	"github.com/inferq/inferq/batch"
 	"github.com/inferq/inferq/tensor"
 )
 
@@ -19,7 +19,7 @@ var ErrNoVersion = errors.New("model has no version loaded")
 // the batcher stopped.
 type Instance struct {
 	Info    tensor.ModelInfo
-	Batcher *runtime.Batcher
+	Batcher *batch.Batcher
 	// MaxInFlight is the placement's bound (runtime.Placement.MaxInFlight);
 	// 0 derives it from the config.
 	MaxInFlight int
@@ -50,7 +50,7 @@ func newServed(n int64, inst *Instance, stamp Stamp, cfgSum string) *served {
 
 // Switch is the consumer.Batcher of a repository model: it sends each
 // request to the version serving at that moment and tells the request
-// which (runtime.Request.Version), and counts what each version accepted
+// which (batch.Request.Version), and counts what each version accepted
 // and has not finished, so that a version being replaced is stopped only
 // once it ran all of it. Safe for concurrent use.
 type Switch struct {
@@ -59,7 +59,7 @@ type Switch struct {
 }
 
 // Enqueue hands r to the serving version's batcher.
-func (s *Switch) Enqueue(ctx context.Context, r *runtime.Request) error {
+func (s *Switch) Enqueue(ctx context.Context, r *batch.Request) error {
 	s.mu.RLock()
 	v := s.cur
 	if v != nil {
@@ -80,7 +80,7 @@ func (s *Switch) Enqueue(ctx context.Context, r *runtime.Request) error {
 	return nil
 }
 
-// Flush flushes the serving version's batcher (runtime.Batcher.Flush).
+// Flush flushes the serving version's batcher (batch.Batcher.Flush).
 func (s *Switch) Flush() {
 	s.mu.RLock()
 	v := s.cur
@@ -112,13 +112,13 @@ func (s *Switch) set(v *served) (old *served) {
 
 // countingOwner counts a request out of its version once finished.
 type countingOwner struct {
-	inner runtime.Owner
+	inner batch.Owner
 	v     *served
 }
 
-func (o *countingOwner) RunStarting(r *runtime.Request) { o.inner.RunStarting(r) }
+func (o *countingOwner) RunStarting(r *batch.Request) { o.inner.RunStarting(r) }
 
-func (o *countingOwner) Finished(r *runtime.Request) {
+func (o *countingOwner) Finished(r *batch.Request) {
 	o.inner.Finished(r)
 	o.v.pending.Add(-1)
 }

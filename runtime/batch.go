@@ -3,75 +3,21 @@ package runtime
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"reflect"
 	"strings"
 
+	"github.com/inferq/inferq/batch"
 	"github.com/inferq/inferq/tensor"
 	ort "github.com/yalue/onnxruntime_go"
 )
 
-// ErrInvalidInput is wrapped by every *InputError: the request does not fit
-// the model, so running it again cannot help.
-var ErrInvalidInput = errors.New("runtime: invalid input")
+// closedError fails the items given to a closed Session: it is ErrClosed,
+// and batch.ErrClosed for the layers above that know only the batcher.
+type closedError struct{}
 
-// InputError says which input (or requested output) of an item does not
-// fit the model and how. Its message names the input, the expected and the
-// received datatype and shape, e.g.
-//
-//	input "x": expected FP32 [-1,16], got FP32 [1,15]
-type InputError struct {
-	// Kind is "input" or "output".
-	Kind string
-	Name string
-	// Expected is the model's declaration; zero when Name is not the
-	// model's.
-	Expected tensor.TensorInfo
-	// GotDType and GotShape are what the item carried; zero when the input
-	// is missing.
-	GotDType tensor.DType
-	GotShape []int64
-	// Problem replaces the expected/got comparison when that is not the
-	// issue (missing, unknown); Detail is appended to it.
-	Problem string
-	Detail  string
-}
-
-func (e *InputError) Error() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s %q: ", e.Kind, e.Name)
-	if e.Problem != "" {
-		b.WriteString(e.Problem)
-	} else {
-		fmt.Fprintf(&b, "expected %s %s, got %s %s", e.Expected.DType, tensor.FormatShape(e.Expected.Dims), e.GotDType, tensor.FormatShape(e.GotShape))
-	}
-	if e.Detail != "" {
-		b.WriteString(": ")
-		b.WriteString(e.Detail)
-	}
-	return b.String()
-}
-
-// Unwrap returns ErrInvalidInput.
-func (e *InputError) Unwrap() error { return ErrInvalidInput }
-
-// Item is one request in a batch: its inputs by name, and the names of the
-// outputs to return (all of them when Outputs is empty). Dim 0 of every
-// input is the item's row count. RunBatch reads the inputs' data during the
-// call and does not keep it.
-type Item struct {
-	Inputs  []tensor.Tensor
-	Outputs []string
-}
-
-// ItemResult is the outcome of one item: its outputs, in the order asked
-// for (model order when all), each with the item's rows only, or the error
-// that failed this item alone.
-type ItemResult struct {
-	Outputs []tensor.Tensor
-	Err     error
-}
+func (closedError) Error() string   { return ErrClosed.Error() }
+func (closedError) Unwrap() []error { return []error{ErrClosed, batch.ErrClosed} }
 
 // prepared is an item that passed validation.
 type prepared struct {
@@ -85,15 +31,15 @@ type prepared struct {
 // concatenated along dim 0 into one tensor per input, run once, and the
 // outputs are split back by each item's row count; items with other
 // per-item dims go in other runs. An item that does not fit the model gets
-// an *InputError and is not run. When a run of several items fails, the
+// a *batch.InputError and is not run. When a run of several items fails, the
 // group is halved until the failing items are isolated, so only they get
 // the error. ctx is checked before every onnxruntime run; items not run
 // when it ends get ctx.Err().
 //
-// Every output is computed; Item.Outputs only selects what is returned.
+// Every output is computed; batch.Item.Outputs only selects what is returned.
 // RunBatch is safe for concurrent use.
-func (s *Session) RunBatch(ctx context.Context, items []Item) []ItemResult {
-	res := make([]ItemResult, len(items))
+func (s *Session) RunBatch(ctx context.Context, items []batch.Item) []batch.ItemResult {
+	res := make([]batch.ItemResult, len(items))
 	if len(items) == 0 {
 		return res
 	}
@@ -101,7 +47,7 @@ func (s *Session) RunBatch(ctx context.Context, items []Item) []ItemResult {
 	defer s.mu.RUnlock()
 	if s.closed {
 		for i := range res {
-			res[i].Err = fmt.Errorf("runtime: model %q: %w", s.name, ErrClosed)
+			res[i].Err = fmt.Errorf("runtime: model %q: %w", s.name, closedError{})
 		}
 		return res
 	}
@@ -154,7 +100,7 @@ func (s *Session) putScratch(sc *scratch) {
 
 // prepareAll validates every item (storing the errors in res) and groups
 // the valid ones into runs.
-func (s *Session) prepareAll(items []Item, res []ItemResult, sc *scratch) ([]prepared, [][]int) {
+func (s *Session) prepareAll(items []batch.Item, res []batch.ItemResult, sc *scratch) ([]prepared, [][]int) {
 	nIn := len(s.info.Inputs)
 	preps, slots, valid := sc.preps, sc.slots, sc.valid
 	for i := range items {
@@ -171,7 +117,7 @@ func (s *Session) prepareAll(items []Item, res []ItemResult, sc *scratch) ([]pre
 }
 
 // prepare validates one item against the model and fills p.
-func (s *Session) prepare(it *Item, p *prepared) error {
+func (s *Session) prepare(it *batch.Item, p *prepared) error {
 	model := s.info.Inputs
 	for i := range it.Inputs {
 		t := &it.Inputs[i]
@@ -179,12 +125,12 @@ func (s *Session) prepare(it *Item, p *prepared) error {
 		if j >= len(model) || model[j].Name != t.Name {
 			var ok bool
 			if j, ok = s.inputIdx[t.Name]; !ok {
-				return &InputError{Kind: "input", Name: t.Name, GotDType: t.DType, GotShape: t.Shape,
+				return &batch.InputError{Kind: "input", Name: t.Name, GotDType: t.DType, GotShape: t.Shape,
 					Problem: "unknown; the model takes " + listInfo(model)}
 			}
 		}
 		if p.in[j] != nil {
-			return &InputError{Kind: "input", Name: t.Name, Expected: model[j], GotDType: t.DType, GotShape: t.Shape,
+			return &batch.InputError{Kind: "input", Name: t.Name, Expected: model[j], GotDType: t.DType, GotShape: t.Shape,
 				Problem: "given twice"}
 		}
 		if err := checkInput(t, &model[j]); err != nil {
@@ -194,14 +140,14 @@ func (s *Session) prepare(it *Item, p *prepared) error {
 	}
 	for j, t := range p.in {
 		if t == nil {
-			return &InputError{Kind: "input", Name: model[j].Name, Expected: model[j],
+			return &batch.InputError{Kind: "input", Name: model[j].Name, Expected: model[j],
 				Problem: fmt.Sprintf("missing, expected %s %s", model[j].DType, tensor.FormatShape(model[j].Dims))}
 		}
 	}
 	p.rows = p.in[0].Shape[0]
 	for j, t := range p.in[1:] {
 		if t.Shape[0] != p.rows {
-			return &InputError{Kind: "input", Name: t.Name, Expected: model[j+1], GotDType: t.DType, GotShape: t.Shape,
+			return &batch.InputError{Kind: "input", Name: t.Name, Expected: model[j+1], GotDType: t.DType, GotShape: t.Shape,
 				Detail: fmt.Sprintf("dim 0 (rows) is %d but input %q has %d; every input of an item has the same rows", t.Shape[0], p.in[0].Name, p.rows)}
 		}
 	}
@@ -213,7 +159,7 @@ func (s *Session) prepare(it *Item, p *prepared) error {
 	for i, name := range it.Outputs {
 		k, ok := s.outputIdx[name]
 		if !ok {
-			return &InputError{Kind: "output", Name: name, Problem: "unknown; the model outputs " + listInfo(s.info.Outputs)}
+			return &batch.InputError{Kind: "output", Name: name, Problem: "unknown; the model outputs " + listInfo(s.info.Outputs)}
 		}
 		p.out[i] = k
 	}
@@ -221,9 +167,9 @@ func (s *Session) prepare(it *Item, p *prepared) error {
 }
 
 // checkInput compares one tensor with the model's declaration.
-func checkInput(t *tensor.Tensor, mi *tensor.TensorInfo) *InputError {
-	mismatch := func(detail string) *InputError {
-		return &InputError{Kind: "input", Name: t.Name, Expected: *mi, GotDType: t.DType, GotShape: t.Shape, Detail: detail}
+func checkInput(t *tensor.Tensor, mi *tensor.TensorInfo) *batch.InputError {
+	mismatch := func(detail string) *batch.InputError {
+		return &batch.InputError{Kind: "input", Name: t.Name, Expected: *mi, GotDType: t.DType, GotShape: t.Shape, Detail: detail}
 	}
 	if t.DType != mi.DType || len(t.Shape) != len(mi.Dims) {
 		return mismatch("")
@@ -347,7 +293,7 @@ func samePerItemDims(a, b *prepared) bool {
 }
 
 // runGroup runs one group and stores each member's result.
-func (s *Session) runGroup(ctx context.Context, preps []prepared, members []int, res []ItemResult) {
+func (s *Session) runGroup(ctx context.Context, preps []prepared, members []int, res []batch.ItemResult) {
 	if err := ctx.Err(); err != nil {
 		for _, m := range members {
 			res[m].Err = err
@@ -623,7 +569,7 @@ func isNil(v ort.Value) bool {
 
 // split hands each member its rows of every output it asked for. The
 // members' outputs are capped sub-slices of the group's buffers.
-func (s *Session) split(outs []tensor.Tensor, preps []prepared, members []int, res []ItemResult) error {
+func (s *Session) split(outs []tensor.Tensor, preps []prepared, members []int, res []batch.ItemResult) error {
 	var rows int64
 	for _, m := range members {
 		rows += preps[m].rows

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/inferq/inferq/batch"
 	"github.com/inferq/inferq/models/examples"
 	"github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/tensor"
@@ -24,7 +25,7 @@ func rngFor(t testing.TB) *rand.Rand {
 
 // checkBatchedEqualsUnbatched runs items one by one and then all together,
 // and compares item by item.
-func checkBatchedEqualsUnbatched(t *testing.T, s *runtime.Session, items []runtime.Item) {
+func checkBatchedEqualsUnbatched(t *testing.T, s *runtime.Session, items []batch.Item) {
 	t.Helper()
 	ctx := context.Background()
 	want := make([][]tensor.Tensor, len(items))
@@ -52,7 +53,7 @@ func TestBatchedEqualsUnbatched(t *testing.T) {
 	t.Run("mlp", func(t *testing.T) {
 		s := newSession(t, env, "mlp", examples.MLP())
 		r := rngFor(t)
-		var items []runtime.Item
+		var items []batch.Item
 		for _, rows := range []int{1, 3, 1, 2, 5, 1, 1, 4} {
 			items = append(items, mlpItem(r, rows))
 		}
@@ -61,7 +62,7 @@ func TestBatchedEqualsUnbatched(t *testing.T) {
 	t.Run("multitype", func(t *testing.T) {
 		s := newSession(t, env, "multitype", examples.MultiType())
 		r := rngFor(t)
-		var items []runtime.Item
+		var items []batch.Item
 		for i, rows := range []int{2, 1, 3, 1} {
 			it := multiTypeItem(r, rows)
 			switch i {
@@ -93,9 +94,9 @@ func TestBatchedEqualsUnbatched(t *testing.T) {
 	t.Run("resnet18", func(t *testing.T) {
 		s := newSession(t, env, "resnet18", resnet18())
 		r := rngFor(t)
-		var items []runtime.Item
+		var items []batch.Item
 		for _, rows := range []int{1, 2, 1} {
-			items = append(items, runtime.Item{Inputs: []tensor.Tensor{
+			items = append(items, batch.Item{Inputs: []tensor.Tensor{
 				tensor.NewTensor("input", []int64{int64(rows), 3, 224, 224}, randFloats(r, rows*3*224*224)),
 			}})
 		}
@@ -173,9 +174,9 @@ func TestDTypeRoundTrip(t *testing.T) {
 				})
 			}
 			for _, tc := range cases {
-				items := make([]runtime.Item, len(tc.shapes))
+				items := make([]batch.Item, len(tc.shapes))
 				for i, sh := range tc.shapes {
-					items[i] = runtime.Item{Inputs: []tensor.Tensor{identityData(r, dtype, sh)}}
+					items[i] = batch.Item{Inputs: []tensor.Tensor{identityData(r, dtype, sh)}}
 				}
 				for i, res := range tc.s.RunBatch(ctx, items) {
 					if res.Err != nil {
@@ -198,14 +199,14 @@ func TestBytesNUL(t *testing.T) {
 	s := newSession(t, env, "bytes", examples.Identity("bytes", examples.String, []int64{2}))
 	good := tensor.NewBytesTensor("in", []int64{1, 2}, [][]byte{[]byte("héllo"), []byte("")})
 	bad := tensor.NewBytesTensor("in", []int64{1, 2}, [][]byte{[]byte("a\x00b"), []byte("c")})
-	res := s.RunBatch(context.Background(), []runtime.Item{{Inputs: []tensor.Tensor{good}}, {Inputs: []tensor.Tensor{bad}}})
+	res := s.RunBatch(context.Background(), []batch.Item{{Inputs: []tensor.Tensor{good}}, {Inputs: []tensor.Tensor{bad}}})
 	if res[0].Err != nil {
 		t.Fatal(res[0].Err)
 	}
 	if elems, _ := tensor.BytesElements(res[0].Outputs[0]); len(elems) != 2 || string(elems[0]) != "héllo" {
 		t.Fatalf("round trip gave %q", elems)
 	}
-	if !errors.Is(res[1].Err, runtime.ErrInvalidInput) || !strings.Contains(res[1].Err.Error(), "NUL") {
+	if !errors.Is(res[1].Err, batch.ErrInvalidInput) || !strings.Contains(res[1].Err.Error(), "NUL") {
 		t.Fatalf("NUL element: %v", res[1].Err)
 	}
 }
@@ -225,34 +226,34 @@ func TestInputErrors(t *testing.T) {
 	}
 	tests := []struct {
 		name    string
-		item    runtime.Item
+		item    batch.Item
 		wantErr string
 	}{
-		{"wrong dtype", runtime.Item{Inputs: []tensor.Tensor{ids(1, 8), tensor.NewTensor("x", []int64{1, 4}, make([]float64, 4))}},
+		{"wrong dtype", batch.Item{Inputs: []tensor.Tensor{ids(1, 8), tensor.NewTensor("x", []int64{1, 4}, make([]float64, 4))}},
 			`input "x": expected FP32 [-1,4], got FP64 [1,4]`},
-		{"wrong rank", runtime.Item{Inputs: []tensor.Tensor{ids(1, 8), x(4)}},
+		{"wrong rank", batch.Item{Inputs: []tensor.Tensor{ids(1, 8), x(4)}},
 			`input "x": expected FP32 [-1,4], got FP32 [4]`},
-		{"wrong dims", runtime.Item{Inputs: []tensor.Tensor{ids(1, 7), x(1, 4)}},
+		{"wrong dims", batch.Item{Inputs: []tensor.Tensor{ids(1, 7), x(1, 4)}},
 			`input "ids": expected INT64 [-1,8], got INT64 [1,7]`},
-		{"zero rows", runtime.Item{Inputs: []tensor.Tensor{ids(0, 8), x(0, 4)}},
+		{"zero rows", batch.Item{Inputs: []tensor.Tensor{ids(0, 8), x(0, 4)}},
 			`input "ids": expected INT64 [-1,8], got INT64 [0,8]: every dim must be at least 1`},
-		{"short data", runtime.Item{Inputs: []tensor.Tensor{ids(1, 8), {Name: "x", DType: tensor.FP32, Shape: []int64{2, 4}, Data: make([]byte, 16)}}},
+		{"short data", batch.Item{Inputs: []tensor.Tensor{ids(1, 8), {Name: "x", DType: tensor.FP32, Shape: []int64{2, 4}, Data: make([]byte, 16)}}},
 			`input "x": expected FP32 [-1,4], got FP32 [2,4]: data is 16 bytes, the shape needs 32`},
-		{"missing input", runtime.Item{Inputs: []tensor.Tensor{ids(1, 8)}},
+		{"missing input", batch.Item{Inputs: []tensor.Tensor{ids(1, 8)}},
 			`input "x": missing, expected FP32 [-1,4]`},
-		{"unknown input", runtime.Item{Inputs: []tensor.Tensor{ids(1, 8), x(1, 4), tensor.NewTensor("z", []int64{1}, []float32{1})}},
+		{"unknown input", batch.Item{Inputs: []tensor.Tensor{ids(1, 8), x(1, 4), tensor.NewTensor("z", []int64{1}, []float32{1})}},
 			`input "z": unknown; the model takes ids INT64 [-1,8], x FP32 [-1,4]`},
-		{"input twice", runtime.Item{Inputs: []tensor.Tensor{ids(1, 8), x(1, 4), x(1, 4)}},
+		{"input twice", batch.Item{Inputs: []tensor.Tensor{ids(1, 8), x(1, 4), x(1, 4)}},
 			`input "x": given twice`},
-		{"rows differ between inputs", runtime.Item{Inputs: []tensor.Tensor{ids(2, 8), x(1, 4)}},
+		{"rows differ between inputs", batch.Item{Inputs: []tensor.Tensor{ids(2, 8), x(1, 4)}},
 			`input "x": expected FP32 [-1,4], got FP32 [1,4]: dim 0 (rows) is 1 but input "ids" has 2`},
-		{"unknown output", runtime.Item{Inputs: []tensor.Tensor{ids(1, 8), x(1, 4)}, Outputs: []string{"y", "logits"}},
+		{"unknown output", batch.Item{Inputs: []tensor.Tensor{ids(1, 8), x(1, 4)}, Outputs: []string{"y", "logits"}},
 			`output "logits": unknown; the model outputs ids_sum INT64 [-1,1], y FP32 [-1,4]`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			good1, good2 := multiTypeItem(r, 1), multiTypeItem(r, 2)
-			res := s.RunBatch(context.Background(), []runtime.Item{good1, tt.item, good2})
+			res := s.RunBatch(context.Background(), []batch.Item{good1, tt.item, good2})
 			if res[0].Err != nil || res[2].Err != nil {
 				t.Fatalf("good items failed: %v / %v", res[0].Err, res[2].Err)
 			}
@@ -263,8 +264,8 @@ func TestInputErrors(t *testing.T) {
 			if err == nil || !strings.HasPrefix(err.Error(), tt.wantErr) {
 				t.Fatalf("error\n got %v\nwant %s", err, tt.wantErr)
 			}
-			var ie *runtime.InputError
-			if !errors.Is(err, runtime.ErrInvalidInput) || !errors.As(err, &ie) {
+			var ie *batch.InputError
+			if !errors.Is(err, batch.ErrInvalidInput) || !errors.As(err, &ie) {
 				t.Fatalf("%v is not an *InputError wrapping ErrInvalidInput", err)
 			}
 		})
@@ -277,7 +278,7 @@ func TestCancelledContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	r := rngFor(t)
-	for i, res := range s.RunBatch(ctx, []runtime.Item{mlpItem(r, 1), mlpItem(r, 2)}) {
+	for i, res := range s.RunBatch(ctx, []batch.Item{mlpItem(r, 1), mlpItem(r, 2)}) {
 		if !errors.Is(res.Err, context.Canceled) {
 			t.Fatalf("item %d: %v, want context.Canceled", i, res.Err)
 		}
@@ -296,7 +297,7 @@ func TestConcurrentRuns(t *testing.T) {
 	r := rngFor(t)
 	const goroutines, batchesEach = 16, 6
 	type job struct {
-		items []runtime.Item
+		items []batch.Item
 		want  [][]tensor.Tensor
 	}
 	jobs := make([][]job, goroutines)

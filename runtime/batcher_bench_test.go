@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inferq/inferq/batch"
 	"github.com/inferq/inferq/models/examples"
 	"github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/tensor"
@@ -33,14 +34,14 @@ import (
 
 type noopRunner struct{}
 
-func (noopRunner) RunBatch(_ context.Context, items []runtime.Item) []runtime.ItemResult {
-	return make([]runtime.ItemResult, len(items))
+func (noopRunner) RunBatch(_ context.Context, items []batch.Item) []batch.ItemResult {
+	return make([]batch.ItemResult, len(items))
 }
 
 type fillObserver struct{ runs, items atomic.Int64 }
 
 func (o *fillObserver) ObserveQueueWait(time.Duration) {}
-func (o *fillObserver) ObserveBatch(s runtime.BatchStats) {
+func (o *fillObserver) ObserveBatch(s batch.Stats) {
 	o.runs.Add(1)
 	o.items.Add(int64(s.Items))
 }
@@ -56,8 +57,8 @@ func reportRate(b *testing.B, items int) {
 }
 
 // benchBatcher starts a batcher for b and stops it at cleanup.
-func benchBatcher(b *testing.B, cfg runtime.BatcherConfig) *runtime.Batcher {
-	bt, err := runtime.NewBatcher(cfg)
+func benchBatcher(b *testing.B, cfg batch.Config) *batch.Batcher {
+	bt, err := batch.New(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -96,19 +97,19 @@ func submitters(b *testing.B, k int, one func(i int)) {
 // recycler is the Owner of a benchmark's requests: a finished request goes
 // back to its submitter's free list.
 type recycler struct {
-	free    chan *runtime.Request
+	free    chan *batch.Request
 	pending *sync.WaitGroup
 }
 
-func (*recycler) RunStarting(*runtime.Request)  {}
-func (o *recycler) Finished(r *runtime.Request) { o.free <- r; o.pending.Done() }
+func (*recycler) RunStarting(*batch.Request)  {}
+func (o *recycler) Finished(r *batch.Request) { o.free <- r; o.pending.Done() }
 
 func BenchmarkBatcherOverhead(b *testing.B) {
-	item := runtime.Item{Inputs: []tensor.Tensor{{Name: "x", DType: tensor.FP32, Shape: []int64{1, 16}}}}
+	item := batch.Item{Inputs: []tensor.Tensor{{Name: "x", DType: tensor.FP32, Shape: []int64{1, 16}}}}
 	for _, k := range []int{1, 8} {
 		b.Run(fmt.Sprintf("api=submit/submitters=%d", k), func(b *testing.B) {
 			obs := new(fillObserver)
-			bt := benchBatcher(b, runtime.BatcherConfig{Policy: runtime.BatchPolicy{MaxBatchSize: 32}, Runners: []runtime.Runner{noopRunner{}}, Observer: obs})
+			bt := benchBatcher(b, batch.Config{Policy: batch.Policy{MaxBatchSize: 32}, Runners: []batch.Runner{noopRunner{}}, Observer: obs})
 			ctx := context.Background()
 			b.ReportAllocs()
 			submitters(b, k, func(int) {
@@ -121,17 +122,17 @@ func BenchmarkBatcherOverhead(b *testing.B) {
 		})
 		b.Run(fmt.Sprintf("api=enqueue/submitters=%d", k), func(b *testing.B) {
 			obs := new(fillObserver)
-			bt := benchBatcher(b, runtime.BatcherConfig{Policy: runtime.BatchPolicy{MaxBatchSize: 32}, Runners: []runtime.Runner{noopRunner{}}, Observer: obs})
+			bt := benchBatcher(b, batch.Config{Policy: batch.Policy{MaxBatchSize: 32}, Runners: []batch.Runner{noopRunner{}}, Observer: obs})
 			ctx := context.Background()
 			// Each submitter recycles its own requests: nothing allocated
 			// per item.
 			const perSubmitter = 64
-			free := make([]chan *runtime.Request, k)
+			free := make([]chan *batch.Request, k)
 			var pending sync.WaitGroup
 			for s := range free {
-				free[s] = make(chan *runtime.Request, perSubmitter)
+				free[s] = make(chan *batch.Request, perSubmitter)
 				for range perSubmitter {
-					free[s] <- &runtime.Request{Item: item, Owner: &recycler{free: free[s], pending: &pending}}
+					free[s] <- &batch.Request{Item: item, Owner: &recycler{free: free[s], pending: &pending}}
 				}
 			}
 			var who atomic.Int64
@@ -173,7 +174,7 @@ func BenchmarkBatcherMLP(b *testing.B) {
 		b.Fatal(err)
 	}
 	r := rand.New(rand.NewPCG(1, 2))
-	items := make([]runtime.Item, 256)
+	items := make([]batch.Item, 256)
 	for i := range items {
 		items[i] = mlpItem(r, 1)
 	}
@@ -210,7 +211,7 @@ func BenchmarkBatcherMLP(b *testing.B) {
 		preferred int
 	}{{1, 0, 0}, {8, 0, 0}, {8, time.Millisecond, 8}} {
 		name := fmt.Sprintf("impl=batcher/submitters=%d/delay=%s", c.k, c.delay)
-		p := runtime.BatchPolicy{MaxBatchSize: 32, MaxQueueDelay: c.delay}
+		p := batch.Policy{MaxBatchSize: 32, MaxQueueDelay: c.delay}
 		if c.preferred > 0 {
 			name += fmt.Sprintf("/preferred=%d", c.preferred)
 			p.PreferredBatchSizes = []int{c.preferred}
@@ -218,7 +219,7 @@ func BenchmarkBatcherMLP(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			k := c.k
 			obs := new(fillObserver)
-			bt := benchBatcher(b, runtime.BatcherConfig{Name: "mlp", Policy: p, Runners: []runtime.Runner{s}, Observer: obs})
+			bt := benchBatcher(b, batch.Config{Name: "mlp", Policy: p, Runners: []batch.Runner{s}, Observer: obs})
 			submitters(b, k, func(i int) {
 				if _, err := bt.Submit(ctx, items[i%len(items)], false); err != nil {
 					b.Error(err)

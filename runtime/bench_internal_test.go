@@ -5,6 +5,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/inferq/inferq/batch"
 	"github.com/inferq/inferq/models/examples"
 	"github.com/inferq/inferq/tensor"
 )
@@ -30,11 +31,11 @@ func BenchmarkAssembleSplit(b *testing.B) {
 	defer func() { _ = s.Close() }()
 
 	for _, n := range []int{1, 8, 64} {
-		items := make([]Item, n)
+		items := make([]batch.Item, n)
 		for i := range items {
-			items[i] = Item{Inputs: []tensor.Tensor{tensor.NewTensor("x", []int64{1, examples.MLPInputs}, make([]float32, examples.MLPInputs))}}
+			items[i] = batch.Item{Inputs: []tensor.Tensor{tensor.NewTensor("x", []int64{1, examples.MLPInputs}, make([]float32, examples.MLPInputs))}}
 		}
-		res := make([]ItemResult, n)
+		res := make([]batch.ItemResult, n)
 		b.Run(fmt.Sprintf("step=assemble/batch=%d", n), func(b *testing.B) {
 			for b.Loop() {
 				sc := s.getScratch(n)

@@ -8,6 +8,7 @@ import (
 
 	ort "github.com/yalue/onnxruntime_go"
 
+	"github.com/inferq/inferq/batch"
 	"github.com/inferq/inferq/models/examples"
 	"github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/tensor"
@@ -48,9 +49,9 @@ func benchModel(b *testing.B, name string, model []byte, in, out string, inDims,
 
 	for _, n := range batches {
 		data := randFloats(r, n*perItem)
-		items := make([]runtime.Item, n)
+		items := make([]batch.Item, n)
 		for i := range items {
-			items[i] = runtime.Item{Inputs: []tensor.Tensor{
+			items[i] = batch.Item{Inputs: []tensor.Tensor{
 				tensor.NewTensor(in, append([]int64{1}, inDims...), data[i*perItem:(i+1)*perItem]),
 			}}
 		}
@@ -69,7 +70,7 @@ func benchModel(b *testing.B, name string, model []byte, in, out string, inDims,
 			}
 		})
 		// One item of n rows: the Session without concatenation or split.
-		one := []runtime.Item{{Inputs: []tensor.Tensor{tensor.NewTensor(in, append([]int64{int64(n)}, inDims...), data)}}}
+		one := []batch.Item{{Inputs: []tensor.Tensor{tensor.NewTensor(in, append([]int64{int64(n)}, inDims...), data)}}}
 		b.Run(fmt.Sprintf("impl=inferq-1item/batch=%d", n), func(b *testing.B) {
 			for b.Loop() {
 				res := s.RunBatch(ctx, one)

@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/inferq/inferq/batch"
 	"github.com/inferq/inferq/models/examples"
 	"github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/tensor"
@@ -63,7 +64,7 @@ func TestGPUCheck(t *testing.T) {
 		for _, n := range []int{1, 8, 32} {
 			r := row{device: dev.String(), batch: n}
 			in := tensor.NewTensor("input", []int64{int64(n), 3, 224, 224}, make([]float32, n*3*224*224))
-			items := []runtime.Item{{Inputs: []tensor.Tensor{in}}}
+			items := []batch.Item{{Inputs: []tensor.Tensor{in}}}
 			if err := s.Warmup(context.Background(), n); err != nil {
 				r.err = err
 				rows = append(rows, r)

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/inferq/inferq/batch"
 	"github.com/inferq/inferq/models/examples"
 	"github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/tensor"
@@ -67,18 +68,18 @@ func randFloats(r *rand.Rand, n int) []float32 {
 	return v
 }
 
-func mlpItem(r *rand.Rand, rows int) runtime.Item {
-	return runtime.Item{Inputs: []tensor.Tensor{
+func mlpItem(r *rand.Rand, rows int) batch.Item {
+	return batch.Item{Inputs: []tensor.Tensor{
 		tensor.NewTensor("x", []int64{int64(rows), examples.MLPInputs}, randFloats(r, rows*examples.MLPInputs)),
 	}}
 }
 
-func multiTypeItem(r *rand.Rand, rows int) runtime.Item {
+func multiTypeItem(r *rand.Rand, rows int) batch.Item {
 	ids := make([]int64, rows*examples.MultiTypeIDs)
 	for i := range ids {
 		ids[i] = r.Int64N(1000) - 500
 	}
-	return runtime.Item{Inputs: []tensor.Tensor{
+	return batch.Item{Inputs: []tensor.Tensor{
 		// Not in model order, on purpose.
 		tensor.NewTensor("x", []int64{int64(rows), examples.MultiTypeX}, randFloats(r, rows*examples.MultiTypeX)),
 		tensor.NewTensor("ids", []int64{int64(rows), examples.MultiTypeIDs}, ids),

@@ -11,7 +11,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 
-	"github.com/inferq/inferq/runtime"
+	"github.com/inferq/inferq/batch"
 	"github.com/inferq/inferq/tensor"
 )
 
@@ -127,10 +127,10 @@ func concatModel() []byte {
 func TestRunFailureIsolated(t *testing.T) {
 	env := newEnv(t)
 	s := newSession(t, env, "gather", gatherModel())
-	idx := func(v ...int64) runtime.Item {
-		return runtime.Item{Inputs: []tensor.Tensor{tensor.NewTensor("idx", []int64{int64(len(v)), 1}, v)}}
+	idx := func(v ...int64) batch.Item {
+		return batch.Item{Inputs: []tensor.Tensor{tensor.NewTensor("idx", []int64{int64(len(v)), 1}, v)}}
 	}
-	items := []runtime.Item{idx(1), idx(9), idx(2, 3), idx(0), idx(3, -7, 1), idx(3)}
+	items := []batch.Item{idx(1), idx(9), idx(2, 3), idx(0), idx(3, -7, 1), idx(3)}
 	want := map[int][]float32{0: {20}, 2: {30, 40}, 3: {10}, 5: {40}}
 	for i, r := range s.RunBatch(context.Background(), items) {
 		w, ok := want[i]
@@ -161,7 +161,7 @@ func TestOutputNotFollowingBatch(t *testing.T) {
 	}
 	r := rngFor(t)
 	for round := range 2 { // the second round starts with the fallbacks on
-		items := []runtime.Item{mlpLike(r, 2), mlpLike(r, 3), mlpLike(r, 1)}
+		items := []batch.Item{mlpLike(r, 2), mlpLike(r, 3), mlpLike(r, 1)}
 		for i, res := range s.RunBatch(context.Background(), items) {
 			if res.Err != nil {
 				t.Fatalf("round %d item %d: %v", round, i, res.Err)
@@ -173,6 +173,6 @@ func TestOutputNotFollowingBatch(t *testing.T) {
 	}
 }
 
-func mlpLike(r *rand.Rand, rows int) runtime.Item {
-	return runtime.Item{Inputs: []tensor.Tensor{tensor.NewTensor("x", []int64{int64(rows), 4}, randFloats(r, rows*4))}}
+func mlpLike(r *rand.Rand, rows int) batch.Item {
+	return batch.Item{Inputs: []tensor.Tensor{tensor.NewTensor("x", []int64{int64(rows), 4}, randFloats(r, rows*4))}}
 }

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/inferq/inferq/batch"
 	"github.com/inferq/inferq/tensor"
 	ort "github.com/yalue/onnxruntime_go"
 )
@@ -511,9 +512,9 @@ func (s *Session) Close() error {
 }
 
 // Run runs one item: inputs by name, and the outputs to return (all when
-// none are named). A request error is an *InputError.
+// none are named). A request error is a *batch.InputError.
 func (s *Session) Run(ctx context.Context, inputs []tensor.Tensor, outputs ...string) ([]tensor.Tensor, error) {
-	r := s.RunBatch(ctx, []Item{{Inputs: inputs, Outputs: outputs}})
+	r := s.RunBatch(ctx, []batch.Item{{Inputs: inputs, Outputs: outputs}})
 	return r[0].Outputs, r[0].Err
 }
 

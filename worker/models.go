@@ -7,6 +7,7 @@ import (
 	goruntime "runtime"
 	"time"
 
+	"github.com/inferq/inferq/batch"
 	"github.com/inferq/inferq/consumer"
 	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/runtime"
@@ -59,8 +60,8 @@ func OpenSessions(ctx context.Context, env *runtime.Env, m models.Model, devs []
 // NewBatcher builds m's dynamic batcher over runners: m's max_batch_size,
 // queue delay and concurrency, and those of its preferred batch sizes that
 // fit the max. obs may be nil.
-func NewBatcher(m models.Model, runners []runtime.Runner, obs runtime.BatchObserver, log *slog.Logger) (*runtime.Batcher, error) {
-	pol := runtime.BatchPolicy{MaxBatchSize: m.Batching.MaxBatchSize, MaxQueueDelay: m.Batching.MaxQueueDelay.D(),
+func NewBatcher(m models.Model, runners []batch.Runner, obs batch.Observer, log *slog.Logger) (*batch.Batcher, error) {
+	pol := batch.Policy{MaxBatchSize: m.Batching.MaxBatchSize, MaxQueueDelay: m.Batching.MaxQueueDelay.D(),
 		PriorityLevels: m.Batching.PriorityLevels, PriorityAging: m.Batching.Aging()}
 	for _, p := range m.Batching.PreferredBatchSizes {
 		if p <= pol.MaxBatchSize {
@@ -70,7 +71,7 @@ func NewBatcher(m models.Model, runners []runtime.Runner, obs runtime.BatchObser
 	if obs == nil {
 		obs = nopObserver{}
 	}
-	b, err := runtime.NewBatcher(runtime.BatcherConfig{
+	b, err := batch.New(batch.Config{
 		Name: m.Name, Policy: pol, Runners: runners, Concurrency: m.Concurrency, Observer: obs, Logger: log,
 		QueueSize: m.Batching.MaxQueueSize, // 0: the batcher's default bound
 	})
@@ -82,8 +83,8 @@ func NewBatcher(m models.Model, runners []runtime.Runner, obs runtime.BatchObser
 
 type nopObserver struct{}
 
-func (nopObserver) ObserveQueueWait(time.Duration)  {}
-func (nopObserver) ObserveBatch(runtime.BatchStats) {}
+func (nopObserver) ObserveQueueWait(time.Duration) {}
+func (nopObserver) ObserveBatch(batch.Stats)       {}
 
 // LoadedModel is one model with its sessions and batcher.
 type LoadedModel struct {
@@ -91,7 +92,7 @@ type LoadedModel struct {
 	Placement runtime.Placement
 	Info      tensor.ModelInfo
 	Sessions  []*runtime.Session
-	Batcher   *runtime.Batcher
+	Batcher   *batch.Batcher
 }
 
 // Loaded is the models LoadModels loaded, in config order.
@@ -103,9 +104,9 @@ type LoadOptions struct {
 	Warm bool
 	// Wrap, when set, wraps every session before it joins the batcher
 	// (the fault-injection build uses it).
-	Wrap func(runtime.Runner) runtime.Runner
+	Wrap func(batch.Runner) batch.Runner
 	// Observer, when set, returns the batch observer of a model.
-	Observer func(model string) runtime.BatchObserver
+	Observer func(model string) batch.Observer
 	Logger   *slog.Logger
 }
 
@@ -134,14 +135,14 @@ func LoadModels(ctx context.Context, env *runtime.Env, ms []models.Model, ps []r
 			return out, err
 		}
 		l.Info = l.Sessions[0].Info()
-		runners := make([]runtime.Runner, len(l.Sessions))
+		runners := make([]batch.Runner, len(l.Sessions))
 		for j, s := range l.Sessions {
 			runners[j] = s
 			if o.Wrap != nil {
 				runners[j] = o.Wrap(s)
 			}
 		}
-		var obs runtime.BatchObserver
+		var obs batch.Observer
 		if o.Observer != nil {
 			obs = o.Observer(m.Name)
 		}
@@ -171,8 +172,8 @@ func (l Loaded) ConsumerModels() []consumer.Model {
 }
 
 // Batchers returns the models' batchers, to run for the worker's life.
-func (l Loaded) Batchers() []*runtime.Batcher {
-	out := make([]*runtime.Batcher, len(l))
+func (l Loaded) Batchers() []*batch.Batcher {
+	out := make([]*batch.Batcher, len(l))
 	for i, m := range l {
 		out[i] = m.Batcher
 	}

@@ -11,13 +11,13 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/inferq/inferq/batch"
 	"github.com/inferq/inferq/consumer"
 	"github.com/inferq/inferq/datadir"
 	"github.com/inferq/inferq/logclip"
 	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/mq"
 	"github.com/inferq/inferq/results"
-	"github.com/inferq/inferq/runtime"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
@@ -41,7 +41,7 @@ type Config struct {
 	// the largest max_result_bytes.
 	Models []consumer.Model
 	// Batchers run from Run's start until the consumer has drained.
-	Batchers []*runtime.Batcher
+	Batchers []*batch.Batcher
 	// DataDir holds the result spool (results/) and the attempt journal
 	// (journal/). The worker holds it exclusively (datadir.Acquire) from
 	// New until Run returns: a second process on it gets a

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inferq/inferq/batch"
 	"github.com/inferq/inferq/broker"
 	"github.com/inferq/inferq/broker/brokertest"
 	"github.com/inferq/inferq/client"
@@ -17,7 +18,6 @@ import (
 	"github.com/inferq/inferq/consumer"
 	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/mq"
-	"github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/task"
 	"github.com/inferq/inferq/tensor"
 )
@@ -25,11 +25,11 @@ import (
 // mlpBatcher runs clienttest.MLP on its own goroutine per item.
 type mlpBatcher struct{}
 
-func (mlpBatcher) Enqueue(ctx context.Context, r *runtime.Request) error {
+func (mlpBatcher) Enqueue(ctx context.Context, r *batch.Request) error {
 	go func() {
 		r.Start(1)
 		out, err := clienttest.MLP().Compute(r.Item.Inputs)
-		r.Finish(runtime.ItemResult{Outputs: out, Err: err})
+		r.Finish(batch.ItemResult{Outputs: out, Err: err})
 	}()
 	return nil
 }

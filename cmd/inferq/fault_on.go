@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/inferq/inferq/runtime"
+	"github.com/inferq/inferq/batch"
 	"github.com/inferq/inferq/tensor"
 )
 
@@ -20,11 +20,11 @@ import (
 // as an attempt. INFERQ_FAULT_RUN_DELAY (a Go duration) makes every batch
 // take that long more, like a model on a GPU: the chaos harness's fleet
 // scenario uses it so that its kills land mid-inference.
-func faultHook(getenv func(string) string) func(runtime.Runner) runtime.Runner {
+func faultHook(getenv func(string) string) func(batch.Runner) batch.Runner {
 	delay, _ := time.ParseDuration(getenv("INFERQ_FAULT_RUN_DELAY"))
 	v, err := strconv.ParseFloat(getenv("INFERQ_FAULT_CRASH_ON"), 32)
 	crash := err == nil
-	return func(r runtime.Runner) runtime.Runner {
+	return func(r batch.Runner) batch.Runner {
 		if delay > 0 {
 			r = slowRunner{r, delay}
 		}
@@ -37,11 +37,11 @@ func faultHook(getenv func(string) string) func(runtime.Runner) runtime.Runner {
 
 // slowRunner makes every batch take delay more (or until ctx ends).
 type slowRunner struct {
-	runtime.Runner
+	batch.Runner
 	delay time.Duration
 }
 
-func (s slowRunner) RunBatch(ctx context.Context, items []runtime.Item) []runtime.ItemResult {
+func (s slowRunner) RunBatch(ctx context.Context, items []batch.Item) []batch.ItemResult {
 	t := time.NewTimer(s.delay)
 	select {
 	case <-t.C:
@@ -52,11 +52,11 @@ func (s slowRunner) RunBatch(ctx context.Context, items []runtime.Item) []runtim
 }
 
 type crashRunner struct {
-	runtime.Runner
+	batch.Runner
 	marker float32
 }
 
-func (c crashRunner) RunBatch(ctx context.Context, items []runtime.Item) []runtime.ItemResult {
+func (c crashRunner) RunBatch(ctx context.Context, items []batch.Item) []batch.ItemResult {
 	for _, it := range items {
 		if len(it.Inputs) == 0 || it.Inputs[0].DType != tensor.FP32 {
 			continue

@@ -7,11 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inferq/inferq/batch"
 	"github.com/inferq/inferq/client/clienttest"
 	"github.com/inferq/inferq/consumer"
 	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/mq"
-	"github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/worker"
 )
 
@@ -19,15 +19,15 @@ import (
 // the start of each run like a batch of one.
 type mlpBatcher struct{}
 
-func (mlpBatcher) Enqueue(ctx context.Context, r *runtime.Request) error {
+func (mlpBatcher) Enqueue(ctx context.Context, r *batch.Request) error {
 	go func() {
 		if err := ctx.Err(); err != nil {
-			r.Finish(runtime.ItemResult{Err: err})
+			r.Finish(batch.ItemResult{Err: err})
 			return
 		}
 		r.Start(1)
 		out, err := clienttest.MLP().Compute(r.Item.Inputs)
-		r.Finish(runtime.ItemResult{Outputs: out, Err: err})
+		r.Finish(batch.ItemResult{Outputs: out, Err: err})
 	}()
 	return nil
 }

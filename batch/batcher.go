@@ -1,10 +1,11 @@
-package runtime
+package batch
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -13,11 +14,11 @@ import (
 
 // ErrQueueFull is returned by TryEnqueue when the batcher's queue has no
 // room: the caller should retry later or shed the request.
-var ErrQueueFull = errors.New("runtime: batcher queue full")
+var ErrQueueFull = errors.New("batch: batcher queue full")
 
 // Runner runs a batch of items and returns one result per item, in order,
-// failing only the items that fail. *Session is a Runner. A Batcher calls
-// RunBatch from up to BatcherConfig.Concurrency goroutines at once, so it
+// failing only the items that fail. *runtime.Session is a Runner. A Batcher calls
+// RunBatch from up to Config.Concurrency goroutines at once, so it
 // must be safe for concurrent use when Concurrency > 1. The batcher passes
 // a context that is never cancelled: cancellation is per item, checked by
 // the batcher just before the run.
@@ -25,10 +26,10 @@ type Runner interface {
 	RunBatch(ctx context.Context, items []Item) []ItemResult
 }
 
-// BatchPolicy says when a Batcher runs what it has gathered. Rows are
+// Policy says when a Batcher runs what it has gathered. Rows are
 // counted, not items: an item of n rows (dim 0 of its inputs) takes n of a
 // batch's MaxBatchSize.
-type BatchPolicy struct {
+type Policy struct {
 	// MaxBatchSize is the most rows one run takes. A shape group that holds
 	// this many rows runs at once (when a run slot is free); an item with
 	// more rows runs alone.
@@ -63,60 +64,60 @@ type BatchPolicy struct {
 }
 
 // lanes is the number of lanes the policy's levels make.
-func (p BatchPolicy) lanes() int { return 2 * max(p.PriorityLevels, 1) }
+func (p Policy) lanes() int { return 2 * max(p.PriorityLevels, 1) }
 
 // Validate refuses a policy that can never fire or makes no sense.
-func (p BatchPolicy) Validate() error {
+func (p Policy) Validate() error {
 	if p.MaxBatchSize < 1 {
-		return fmt.Errorf("runtime: batch policy: max_batch_size %d: must be at least 1, or no batch can ever run", p.MaxBatchSize)
+		return fmt.Errorf("batch: batch policy: max_batch_size %d: must be at least 1, or no batch can ever run", p.MaxBatchSize)
 	}
 	if p.MaxQueueDelay < 0 {
-		return fmt.Errorf("runtime: batch policy: max_queue_delay %s is negative", p.MaxQueueDelay)
+		return fmt.Errorf("batch: batch policy: max_queue_delay %s is negative", p.MaxQueueDelay)
 	}
 	if p.PriorityLevels < 0 {
-		return fmt.Errorf("runtime: batch policy: priority levels %d is negative", p.PriorityLevels)
+		return fmt.Errorf("batch: batch policy: priority levels %d is negative", p.PriorityLevels)
 	}
 	if p.PriorityAging < 0 {
-		return fmt.Errorf("runtime: batch policy: priority aging %s is negative", p.PriorityAging)
+		return fmt.Errorf("batch: batch policy: priority aging %s is negative", p.PriorityAging)
 	}
 	seen := make(map[int]bool, len(p.PreferredBatchSizes))
 	for _, s := range p.PreferredBatchSizes {
 		if s < 1 || s > p.MaxBatchSize {
-			return fmt.Errorf("runtime: batch policy: preferred batch size %d can never be reached: want 1..max_batch_size (%d)", s, p.MaxBatchSize)
+			return fmt.Errorf("batch: batch policy: preferred batch size %d can never be reached: want 1..max_batch_size (%d)", s, p.MaxBatchSize)
 		}
 		if seen[s] {
-			return fmt.Errorf("runtime: batch policy: preferred batch size %d given twice", s)
+			return fmt.Errorf("batch: batch policy: preferred batch size %d given twice", s)
 		}
 		seen[s] = true
 	}
 	return nil
 }
 
-// BatchObserver receives a Batcher's measurements, e.g. to feed Prometheus
+// Observer receives a Batcher's measurements, e.g. to feed Prometheus
 // histograms. Its methods are called from the batcher's run goroutines,
 // concurrently, and should return quickly: they delay the results.
-type BatchObserver interface {
+type Observer interface {
 	// ObserveQueueWait is called for every item when its run starts, with
 	// the time since its Enqueue.
 	ObserveQueueWait(d time.Duration)
 	// ObserveBatch is called after every run.
-	ObserveBatch(s BatchStats)
+	ObserveBatch(s Stats)
 }
 
-// BatchStats describes one run.
-type BatchStats struct {
-	Runner int // index in BatcherConfig.Runners
+// Stats describes one run.
+type Stats struct {
+	Runner int // index in Config.Runners
 	Items  int
 	Rows   int
 	Run    time.Duration // RunBatch's wall time
 }
 
-// BatcherConfig configures a Batcher. The zero value of every optional
+// Config configures a Batcher. The zero value of every optional
 // field picks the default.
-type BatcherConfig struct {
+type Config struct {
 	// Name names the batcher (the model) in errors and logs.
 	Name   string
-	Policy BatchPolicy
+	Policy Policy
 	// Runners are the model's instances (one session per device), at
 	// least one.
 	Runners []Runner
@@ -129,12 +130,12 @@ type BatcherConfig struct {
 	// MaxBatchSize.
 	QueueSize int
 	// Observer, optional, receives batch sizes, queue waits and run times.
-	Observer BatchObserver
+	Observer Observer
 	// Logger, optional, receives start, stop and runner faults.
 	Logger *slog.Logger
 }
 
-func (c *BatcherConfig) setDefaults() {
+func (c *Config) setDefaults() {
 	if c.Name == "" {
 		c.Name = "batcher"
 	}
@@ -150,23 +151,23 @@ func (c *BatcherConfig) setDefaults() {
 }
 
 // Validate reports the first field that cannot work.
-func (c BatcherConfig) Validate() error {
+func (c Config) Validate() error {
 	if err := c.Policy.Validate(); err != nil {
-		return fmt.Errorf("runtime: batcher %q: %w", c.Name, err)
+		return fmt.Errorf("batch: batcher %q: %w", c.Name, err)
 	}
 	if len(c.Runners) == 0 {
-		return fmt.Errorf("runtime: batcher %q: no runners", c.Name)
+		return fmt.Errorf("batch: batcher %q: no runners", c.Name)
 	}
 	for i, r := range c.Runners {
 		if isNilRunner(r) {
-			return fmt.Errorf("runtime: batcher %q: runner %d is nil", c.Name, i)
+			return fmt.Errorf("batch: batcher %q: runner %d is nil", c.Name, i)
 		}
 	}
 	if c.Concurrency < 1 {
-		return fmt.Errorf("runtime: batcher %q: concurrency %d: must be at least 1", c.Name, c.Concurrency)
+		return fmt.Errorf("batch: batcher %q: concurrency %d: must be at least 1", c.Name, c.Concurrency)
 	}
 	if c.QueueSize < c.Policy.MaxBatchSize {
-		return fmt.Errorf("runtime: batcher %q: queue size %d is below max_batch_size %d: a full batch could never gather", c.Name, c.QueueSize, c.Policy.MaxBatchSize)
+		return fmt.Errorf("batch: batcher %q: queue size %d is below max_batch_size %d: a full batch could never gather", c.Name, c.QueueSize, c.Policy.MaxBatchSize)
 	}
 	return nil
 }
@@ -175,8 +176,12 @@ func isNilRunner(r Runner) bool {
 	if r == nil {
 		return true
 	}
-	s, ok := r.(*Session)
-	return ok && s == nil
+	v := reflect.ValueOf(r)
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface:
+		return v.IsNil()
+	}
+	return false
 }
 
 // Request is one item handed to a Batcher by Enqueue or TryEnqueue. The
@@ -192,8 +197,8 @@ type Request struct {
 	// of their level, and do not wait out MaxQueueDelay.
 	Priority bool
 	// Level is the request's priority level, 1 the highest; 0 or a level
-	// beyond BatchPolicy.PriorityLevels is the lowest. Lower levels run
-	// first (see BatchPolicy.PriorityAging for the starvation bound).
+	// beyond Policy.PriorityLevels is the lowest. Lower levels run
+	// first (see Policy.PriorityAging for the starvation bound).
 	Level int
 	// Alone runs the item in a batch of its own: the consumer sets it on a
 	// task that was in flight when a process died, so that the tasks that
@@ -260,7 +265,7 @@ func (r *Request) Finish(res ItemResult) {
 	r.Owner.Finished(r)
 }
 
-// Batcher gathers requests for one model into batches by its BatchPolicy
+// Batcher gathers requests for one model into batches by its Policy
 // and runs them on its runners, at most len(Runners) x Concurrency runs at
 // a time. Only items with equal per-item dims (every input's name, datatype
 // and dims but dim 0) share a run; each such shape group gathers on its
@@ -273,14 +278,14 @@ func (r *Request) Finish(res ItemResult) {
 // Enqueue, TryEnqueue, Submit, Queued, InFlight and Close are safe for
 // concurrent use. Requests may be enqueued before Run starts; they wait for
 // it (and fail with ErrClosed if Close comes first). The usual life:
-// NewBatcher, Run in an errgroup, Enqueue/Submit from any goroutine, cancel
+// New, Run in an errgroup, Enqueue/Submit from any goroutine, cancel
 // Run's context to stop.
 type Batcher struct {
 	name      string
-	policy    BatchPolicy // PreferredBatchSizes sorted, a copy
+	policy    Policy // PreferredBatchSizes sorted, a copy
 	runners   []Runner
 	conc      int
-	obs       BatchObserver
+	obs       Observer
 	logger    *slog.Logger
 	errClosed error
 
@@ -321,8 +326,8 @@ const (
 	stateStopped
 )
 
-// NewBatcher returns a batcher for cfg. Nothing runs until Run.
-func NewBatcher(cfg BatcherConfig) (*Batcher, error) {
+// New returns a batcher for cfg. Nothing runs until Run.
+func New(cfg Config) (*Batcher, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -337,7 +342,7 @@ func NewBatcher(cfg BatcherConfig) (*Batcher, error) {
 		conc:      cfg.Concurrency,
 		obs:       cfg.Observer,
 		logger:    cfg.Logger,
-		errClosed: fmt.Errorf("runtime: batcher %q: %w", cfg.Name, ErrClosed),
+		errClosed: fmt.Errorf("batch: batcher %q: %w", cfg.Name, ErrClosed),
 		tokens:    make(chan struct{}, cfg.QueueSize),
 		prio:      make(chan *Request, cfg.QueueSize),
 		normal:    make(chan *Request, cfg.QueueSize),
@@ -472,7 +477,7 @@ func (b *Batcher) Run(ctx context.Context) error {
 	switch b.state {
 	case stateRunning:
 		b.stateMu.Unlock()
-		return fmt.Errorf("runtime: batcher %q: Run called twice", b.name)
+		return fmt.Errorf("batch: batcher %q: Run called twice", b.name)
 	case stateStopped:
 		b.stateMu.Unlock()
 		return b.errClosed

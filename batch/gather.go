@@ -1,10 +1,10 @@
-package runtime
+package batch
 
 // The gathering state of a Batcher (shape groups, their queues and the
 // batches cut from them, owned by the goroutine of Batcher.Run) and the
 // workers that run the batches cut: a request's path through the batcher is
 // Enqueue, gather, dispatch, runBatch, all in this file, then the Runner
-// (Session.RunBatch in batch.go).
+// (runtime.Session.RunBatch, for one).
 
 import (
 	"context"
@@ -34,7 +34,7 @@ func (b *Batcher) TryEnqueue(ctx context.Context, r *Request) error {
 
 func (b *Batcher) enqueue(ctx context.Context, r *Request, wait bool) error {
 	if r == nil || r.Owner == nil {
-		return fmt.Errorf("runtime: batcher %q: request without Owner", b.name)
+		return fmt.Errorf("batch: batcher %q: request without Owner", b.name)
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -608,10 +608,10 @@ func (b *Batcher) runBatch(i int, bt *batch) {
 		elapsed := time.Since(start)
 		b.running.Add(-n)
 		if b.obs != nil {
-			b.obs.ObserveBatch(BatchStats{Runner: i, Items: len(reqs), Rows: rows, Run: elapsed})
+			b.obs.ObserveBatch(Stats{Runner: i, Items: len(reqs), Rows: rows, Run: elapsed})
 		}
 		if len(res) != len(reqs) {
-			err := fmt.Errorf("runtime: batcher %q: runner %d returned %d results for %d items", b.name, i, len(res), len(reqs))
+			err := fmt.Errorf("batch: batcher %q: runner %d returned %d results for %d items", b.name, i, len(res), len(reqs))
 			b.logger.Error("runner fault", "batcher", b.name, "runner", i, "error", err)
 			res = make([]ItemResult, len(reqs))
 			for k := range res {

@@ -1,4 +1,4 @@
-package runtime_test
+package batch_test
 
 import (
 	"context"
@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/inferq/inferq/runtime"
+	"github.com/inferq/inferq/batch"
 )
 
 // level is a request of the collector at a priority level.
-func (c *collector) level(it runtime.Item, level int, sync bool) *runtime.Request {
+func (c *collector) level(it batch.Item, level int, sync bool) *batch.Request {
 	r := c.req(it, sync)
 	r.Level = level
 	return r
@@ -25,7 +25,7 @@ func TestBatcherPriorityLevels(t *testing.T) {
 	f := newFake(1)
 	pol := policy(1, 0)
 	pol.PriorityLevels = 3
-	b, _ := startBatcher(t, runtime.BatcherConfig{Policy: pol, Runners: f.runners(), QueueSize: 16})
+	b, _ := startBatcher(t, batch.Config{Policy: pol, Runners: f.runners(), QueueSize: 16})
 	c := newCollector()
 	enqueue(t, b, c.req(fitem("block", 1, 3), false))
 	waitFor(t, "the blocking run", func() bool { return f.started() == 1 })
@@ -54,7 +54,7 @@ func TestBatcherPriorityAging(t *testing.T) {
 		f := newFake(1)
 		pol := policy(1, 0)
 		pol.PriorityLevels, pol.PriorityAging = 2, tc.aging
-		b, stop := startBatcher(t, runtime.BatcherConfig{Policy: pol, Runners: f.runners(), QueueSize: 8})
+		b, stop := startBatcher(t, batch.Config{Policy: pol, Runners: f.runners(), QueueSize: 8})
 		c := newCollector()
 		enqueue(t, b, c.req(fitem("block", 1, 3), false))
 		waitFor(t, "the blocking run", func() bool { return f.started() == 1 })
@@ -75,7 +75,7 @@ func TestBatcherPriorityAging(t *testing.T) {
 // run gets the cause as its error (the consumer's queue timeout).
 func TestBatcherCause(t *testing.T) {
 	f := newFake(1)
-	b, _ := startBatcher(t, runtime.BatcherConfig{Policy: policy(2, 0), Runners: f.runners()})
+	b, _ := startBatcher(t, batch.Config{Policy: policy(2, 0), Runners: f.runners()})
 	c := newCollector()
 	enqueue(t, b, c.req(fitem("block", 1, 3), false))
 	waitFor(t, "the blocking run", func() bool { return f.started() == 1 })
@@ -96,16 +96,16 @@ func TestBatcherCause(t *testing.T) {
 // chanOwner signals every finished request.
 type chanOwner chan struct{}
 
-func (chanOwner) RunStarting(*runtime.Request) {}
-func (o chanOwner) Finished(*runtime.Request)  { o <- struct{}{} }
+func (chanOwner) RunStarting(*batch.Request) {}
+func (o chanOwner) Finished(*batch.Request)  { o <- struct{}{} }
 
 // slowRunner runs every item after a short sleep, so that a flood of
 // requests keeps the queue full.
 type slowRunner struct{}
 
-func (slowRunner) RunBatch(ctx context.Context, items []runtime.Item) []runtime.ItemResult {
+func (slowRunner) RunBatch(ctx context.Context, items []batch.Item) []batch.ItemResult {
 	time.Sleep(200 * time.Microsecond)
-	return make([]runtime.ItemResult, len(items))
+	return make([]batch.ItemResult, len(items))
 }
 
 // TestBatcherPriorityNoStarvation: under a flood of level-1 sync requests
@@ -117,14 +117,14 @@ func TestBatcherPriorityNoStarvation(t *testing.T) {
 		t.Run("aging "+aging.String(), func(t *testing.T) {
 			pol := policy(1, 0)
 			pol.PriorityLevels, pol.PriorityAging = 2, aging
-			b, _ := startBatcher(t, runtime.BatcherConfig{Policy: pol, Runners: []runtime.Runner{slowRunner{}}, QueueSize: 16})
+			b, _ := startBatcher(t, batch.Config{Policy: pol, Runners: []batch.Runner{slowRunner{}}, QueueSize: 16})
 			ctx, stop := context.WithCancel(context.Background())
 			var flood sync.WaitGroup
 			for i := range 4 {
 				flood.Go(func() {
 					o := chanOwner(make(chan struct{}, 1))
 					for ctx.Err() == nil {
-						r := &runtime.Request{Item: fitem(fmt.Sprintf("hi%d", i), 1, 8), Priority: true, Level: 1, Owner: o}
+						r := &batch.Request{Item: fitem(fmt.Sprintf("hi%d", i), 1, 8), Priority: true, Level: 1, Owner: o}
 						if b.Enqueue(ctx, r) == nil {
 							<-o
 						}

@@ -1,4 +1,4 @@
-package runtime_test
+package batch_test
 
 import (
 	"context"
@@ -13,12 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/inferq/inferq/models/examples"
-	"github.com/inferq/inferq/runtime"
+	"github.com/inferq/inferq/batch"
 	"github.com/inferq/inferq/tensor"
 )
-
-var _ runtime.Runner = (*runtime.Session)(nil)
 
 // waitFor polls cond until it holds, failing t after 10 s.
 func waitFor(t testing.TB, what string, cond func() bool) {
@@ -65,8 +62,8 @@ func noLeak(t *testing.T) {
 
 // fitem is a fake runner's item: one FP32 input "x" [rows, dim], its id in
 // Outputs (the fake echoes it as the output's name).
-func fitem(id string, rows int, dim int64) runtime.Item {
-	return runtime.Item{
+func fitem(id string, rows int, dim int64) batch.Item {
+	return batch.Item{
 		Inputs:  []tensor.Tensor{{Name: "x", DType: tensor.FP32, Shape: []int64{int64(rows), dim}}},
 		Outputs: []string{id},
 	}
@@ -99,8 +96,8 @@ func newFake(n int) *fakeRuns {
 	return &fakeRuns{inflight: make([]int, n), maxPer: make([]int, n), release: make(chan struct{})}
 }
 
-func (f *fakeRuns) runners() []runtime.Runner {
-	r := make([]runtime.Runner, len(f.inflight))
+func (f *fakeRuns) runners() []batch.Runner {
+	r := make([]batch.Runner, len(f.inflight))
 	for i := range r {
 		r[i] = fakeRunner{i: i, f: f}
 	}
@@ -135,7 +132,7 @@ type fakeRunner struct {
 	f *fakeRuns
 }
 
-func (r fakeRunner) RunBatch(ctx context.Context, items []runtime.Item) []runtime.ItemResult {
+func (r fakeRunner) RunBatch(ctx context.Context, items []batch.Item) []batch.ItemResult {
 	f := r.f
 	run := fakeRun{runner: r.i}
 	block := false
@@ -164,7 +161,7 @@ func (r fakeRunner) RunBatch(ctx context.Context, items []runtime.Item) []runtim
 	f.inflight[r.i]--
 	f.total--
 	f.mu.Unlock()
-	res := make([]runtime.ItemResult, len(items))
+	res := make([]batch.ItemResult, len(items))
 	for i, it := range items {
 		id := it.Outputs[0]
 		if strings.HasPrefix(id, "fail") {
@@ -184,19 +181,19 @@ func (r fakeRunner) RunBatch(ctx context.Context, items []runtime.Item) []runtim
 // size each run started with.
 type collector struct {
 	mu      sync.Mutex
-	results map[string][]runtime.ItemResult
+	results map[string][]batch.ItemResult
 	at      map[string]time.Time
 	started map[string]int
 	n       atomic.Int64
 }
 
-func (c *collector) RunStarting(r *runtime.Request) {
+func (c *collector) RunStarting(r *batch.Request) {
 	c.mu.Lock()
 	c.started[r.Item.Outputs[0]] = r.BatchItems
 	c.mu.Unlock()
 }
 
-func (c *collector) Finished(r *runtime.Request) {
+func (c *collector) Finished(r *batch.Request) {
 	id := r.Item.Outputs[0]
 	c.mu.Lock()
 	c.results[id] = append(c.results[id], r.Result)
@@ -206,11 +203,11 @@ func (c *collector) Finished(r *runtime.Request) {
 }
 
 func newCollector() *collector {
-	return &collector{results: make(map[string][]runtime.ItemResult), at: make(map[string]time.Time), started: make(map[string]int)}
+	return &collector{results: make(map[string][]batch.ItemResult), at: make(map[string]time.Time), started: make(map[string]int)}
 }
 
-func (c *collector) req(it runtime.Item, prio bool) *runtime.Request {
-	return &runtime.Request{Item: it, Priority: prio, Owner: c}
+func (c *collector) req(it batch.Item, prio bool) *batch.Request {
+	return &batch.Request{Item: it, Priority: prio, Owner: c}
 }
 
 func (c *collector) wait(t testing.TB, n int) {
@@ -226,7 +223,7 @@ func (c *collector) time(id string) time.Time {
 
 // result returns id's one result, failing t if Done was not called exactly
 // once.
-func (c *collector) result(t testing.TB, id string) runtime.ItemResult {
+func (c *collector) result(t testing.TB, id string) batch.ItemResult {
 	t.Helper()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -249,10 +246,10 @@ func (c *collector) ok(t testing.TB, ids ...string) {
 
 // startBatcher runs a batcher for cfg until the test ends; stop stops it
 // and returns Run's error.
-func startBatcher(t *testing.T, cfg runtime.BatcherConfig) (b *runtime.Batcher, stop func() error) {
+func startBatcher(t *testing.T, cfg batch.Config) (b *batch.Batcher, stop func() error) {
 	t.Helper()
 	noLeak(t)
-	b, err := runtime.NewBatcher(cfg)
+	b, err := batch.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +273,7 @@ func startBatcher(t *testing.T, cfg runtime.BatcherConfig) (b *runtime.Batcher, 
 	return b, stop
 }
 
-func enqueue(t testing.TB, b *runtime.Batcher, reqs ...*runtime.Request) {
+func enqueue(t testing.TB, b *batch.Batcher, reqs ...*batch.Request) {
 	t.Helper()
 	for _, r := range reqs {
 		if err := b.Enqueue(context.Background(), r); err != nil {
@@ -285,8 +282,8 @@ func enqueue(t testing.TB, b *runtime.Batcher, reqs ...*runtime.Request) {
 	}
 }
 
-func policy(maxBatch int, delay time.Duration, preferred ...int) runtime.BatchPolicy {
-	return runtime.BatchPolicy{MaxBatchSize: maxBatch, MaxQueueDelay: delay, PreferredBatchSizes: preferred}
+func policy(maxBatch int, delay time.Duration, preferred ...int) batch.Policy {
+	return batch.Policy{MaxBatchSize: maxBatch, MaxQueueDelay: delay, PreferredBatchSizes: preferred}
 }
 
 func sameLists(t testing.TB, what string, got, want [][]string) {
@@ -300,25 +297,25 @@ func TestBatcherConfigValidate(t *testing.T) {
 	f := newFake(1)
 	tests := []struct {
 		name string
-		cfg  runtime.BatcherConfig
+		cfg  batch.Config
 		want string // "" for valid
 	}{
-		{"ok", runtime.BatcherConfig{Policy: policy(8, time.Millisecond, 2, 4), Runners: f.runners()}, ""},
-		{"zero delay", runtime.BatcherConfig{Policy: policy(1, 0), Runners: f.runners()}, ""},
-		{"preferred unsorted", runtime.BatcherConfig{Policy: policy(8, 0, 8, 2), Runners: f.runners()}, ""},
-		{"zero max", runtime.BatcherConfig{Policy: policy(0, time.Millisecond), Runners: f.runners()}, "max_batch_size 0"},
-		{"negative delay", runtime.BatcherConfig{Policy: policy(4, -time.Millisecond), Runners: f.runners()}, "negative"},
-		{"preferred over max", runtime.BatcherConfig{Policy: policy(4, 0, 8), Runners: f.runners()}, "preferred batch size 8 can never be reached"},
-		{"preferred zero", runtime.BatcherConfig{Policy: policy(4, 0, 0), Runners: f.runners()}, "preferred batch size 0"},
-		{"preferred twice", runtime.BatcherConfig{Policy: policy(4, 0, 2, 2), Runners: f.runners()}, "given twice"},
-		{"no runners", runtime.BatcherConfig{Policy: policy(4, 0)}, "no runners"},
-		{"nil runner", runtime.BatcherConfig{Policy: policy(4, 0), Runners: []runtime.Runner{nil}}, "runner 0 is nil"},
-		{"nil session", runtime.BatcherConfig{Policy: policy(4, 0), Runners: []runtime.Runner{(*runtime.Session)(nil)}}, "runner 0 is nil"},
-		{"negative concurrency", runtime.BatcherConfig{Policy: policy(4, 0), Runners: f.runners(), Concurrency: -1}, "concurrency -1"},
-		{"small queue", runtime.BatcherConfig{Policy: policy(4, 0), Runners: f.runners(), QueueSize: 3}, "queue size 3"},
+		{"ok", batch.Config{Policy: policy(8, time.Millisecond, 2, 4), Runners: f.runners()}, ""},
+		{"zero delay", batch.Config{Policy: policy(1, 0), Runners: f.runners()}, ""},
+		{"preferred unsorted", batch.Config{Policy: policy(8, 0, 8, 2), Runners: f.runners()}, ""},
+		{"zero max", batch.Config{Policy: policy(0, time.Millisecond), Runners: f.runners()}, "max_batch_size 0"},
+		{"negative delay", batch.Config{Policy: policy(4, -time.Millisecond), Runners: f.runners()}, "negative"},
+		{"preferred over max", batch.Config{Policy: policy(4, 0, 8), Runners: f.runners()}, "preferred batch size 8 can never be reached"},
+		{"preferred zero", batch.Config{Policy: policy(4, 0, 0), Runners: f.runners()}, "preferred batch size 0"},
+		{"preferred twice", batch.Config{Policy: policy(4, 0, 2, 2), Runners: f.runners()}, "given twice"},
+		{"no runners", batch.Config{Policy: policy(4, 0)}, "no runners"},
+		{"nil runner", batch.Config{Policy: policy(4, 0), Runners: []batch.Runner{nil}}, "runner 0 is nil"},
+		{"nil runner", batch.Config{Policy: policy(4, 0), Runners: []batch.Runner{(*fakeRunner)(nil)}}, "runner 0 is nil"},
+		{"negative concurrency", batch.Config{Policy: policy(4, 0), Runners: f.runners(), Concurrency: -1}, "concurrency -1"},
+		{"small queue", batch.Config{Policy: policy(4, 0), Runners: f.runners(), QueueSize: 3}, "queue size 3"},
 	}
 	for _, tt := range tests {
-		b, err := runtime.NewBatcher(tt.cfg)
+		b, err := batch.New(tt.cfg)
 		switch {
 		case tt.want == "" && err != nil:
 			t.Errorf("%s: %v", tt.name, err)
@@ -335,7 +332,7 @@ func TestBatcherConfigValidate(t *testing.T) {
 // for the delay.
 func TestBatcherSizeTrigger(t *testing.T) {
 	f := newFake(1)
-	b, _ := startBatcher(t, runtime.BatcherConfig{Policy: policy(4, time.Hour), Runners: f.runners()})
+	b, _ := startBatcher(t, batch.Config{Policy: policy(4, time.Hour), Runners: f.runners()})
 	c := newCollector()
 	var ids []string
 	for i := range 8 {
@@ -352,7 +349,7 @@ func TestBatcherSizeTrigger(t *testing.T) {
 // neither Owner nor the deprecated Done is refused; Done still works.
 func TestBatcherOwner(t *testing.T) {
 	f := newFake(1)
-	b, _ := startBatcher(t, runtime.BatcherConfig{Policy: policy(3, time.Hour), Runners: f.runners()})
+	b, _ := startBatcher(t, batch.Config{Policy: policy(3, time.Hour), Runners: f.runners()})
 	c := newCollector()
 	for _, id := range []string{"a", "b", "c"} {
 		enqueue(t, b, c.req(fitem(id, 1, 8), false))
@@ -366,7 +363,7 @@ func TestBatcherOwner(t *testing.T) {
 		}
 	}
 	c.mu.Unlock()
-	if err := b.Enqueue(context.Background(), &runtime.Request{Item: fitem("x", 1, 8)}); err == nil || !strings.Contains(err.Error(), "without Owner") {
+	if err := b.Enqueue(context.Background(), &batch.Request{Item: fitem("x", 1, 8)}); err == nil || !strings.Contains(err.Error(), "without Owner") {
 		t.Errorf("a request without an owner: %v", err)
 	}
 }
@@ -376,7 +373,7 @@ func TestBatcherOwner(t *testing.T) {
 func TestBatcherDelayTrigger(t *testing.T) {
 	const delay = 50 * time.Millisecond
 	f := newFake(1)
-	b, _ := startBatcher(t, runtime.BatcherConfig{Policy: policy(8, delay), Runners: f.runners()})
+	b, _ := startBatcher(t, batch.Config{Policy: policy(8, delay), Runners: f.runners()})
 	c := newCollector()
 	r := c.req(fitem("lone", 1, 8), false)
 	enqueue(t, b, r)
@@ -403,7 +400,7 @@ func TestBatcherDelayTrigger(t *testing.T) {
 // slot is busy still lets the batch fill until one frees.
 func TestBatcherFlush(t *testing.T) {
 	f := newFake(1)
-	b, _ := startBatcher(t, runtime.BatcherConfig{Policy: policy(8, time.Hour), Runners: f.runners()})
+	b, _ := startBatcher(t, batch.Config{Policy: policy(8, time.Hour), Runners: f.runners()})
 	c := newCollector()
 	enqueue(t, b, c.req(fitem("a0", 1, 8), false), c.req(fitem("a1", 1, 8), false))
 	b.Flush()
@@ -441,7 +438,7 @@ func TestBatcherFlush(t *testing.T) {
 // without waiting for the delay.
 func TestBatcherPreferredSize(t *testing.T) {
 	f := newFake(1)
-	b, _ := startBatcher(t, runtime.BatcherConfig{Policy: policy(16, time.Hour, 4, 2), Runners: f.runners()})
+	b, _ := startBatcher(t, batch.Config{Policy: policy(16, time.Hour, 4, 2), Runners: f.runners()})
 	c := newCollector()
 	enqueue(t, b, c.req(fitem("block", 2, 3), false)) // 2 rows: preferred
 	waitFor(t, "the blocking run", func() bool { return f.started() == 1 })
@@ -464,7 +461,7 @@ func TestBatcherPreferredSize(t *testing.T) {
 // share a run; an odd one neither flushes nor stalls the others.
 func TestBatcherShapeGroups(t *testing.T) {
 	f := newFake(1)
-	b, stop := startBatcher(t, runtime.BatcherConfig{Policy: policy(4, time.Hour), Runners: f.runners()})
+	b, stop := startBatcher(t, batch.Config{Policy: policy(4, time.Hour), Runners: f.runners()})
 	c := newCollector()
 	f64 := fitem("d0", 1, 8)
 	f64.Inputs[0].DType = tensor.FP64
@@ -498,7 +495,7 @@ func TestBatcherShapeGroups(t *testing.T) {
 // bigger than MaxBatchSize runs alone.
 func TestBatcherRows(t *testing.T) {
 	f := newFake(1)
-	b, stop := startBatcher(t, runtime.BatcherConfig{Policy: policy(8, time.Hour), Runners: f.runners()})
+	b, stop := startBatcher(t, batch.Config{Policy: policy(8, time.Hour), Runners: f.runners()})
 	c := newCollector()
 	enqueue(t, b, c.req(fitem("r0", 3, 8), false), c.req(fitem("r1", 3, 8), false), c.req(fitem("r2", 3, 8), false))
 	c.wait(t, 2)
@@ -525,7 +522,7 @@ func TestBatcherRows(t *testing.T) {
 // their group and across groups.
 func TestBatcherPriority(t *testing.T) {
 	f := newFake(1)
-	b, _ := startBatcher(t, runtime.BatcherConfig{Policy: policy(2, 0), Runners: f.runners()})
+	b, _ := startBatcher(t, batch.Config{Policy: policy(2, 0), Runners: f.runners()})
 	c := newCollector()
 	enqueue(t, b, c.req(fitem("block", 1, 3), false))
 	waitFor(t, "the blocking run", func() bool { return f.started() == 1 })
@@ -543,7 +540,7 @@ func TestBatcherPriority(t *testing.T) {
 // is not run and gets the context's error.
 func TestBatcherCancelled(t *testing.T) {
 	f := newFake(1)
-	b, _ := startBatcher(t, runtime.BatcherConfig{Policy: policy(4, 0), Runners: f.runners()})
+	b, _ := startBatcher(t, batch.Config{Policy: policy(4, 0), Runners: f.runners()})
 	c := newCollector()
 	enqueue(t, b, c.req(fitem("block", 1, 3), false))
 	waitFor(t, "the blocking run", func() bool { return f.started() == 1 })
@@ -553,7 +550,7 @@ func TestBatcherCancelled(t *testing.T) {
 	defer dcancel()
 	for _, e := range []struct {
 		ctx context.Context
-		req *runtime.Request
+		req *batch.Request
 	}{
 		{cctx, c.req(fitem("c0", 1, 8), false)},
 		{context.Background(), c.req(fitem("ok0", 1, 8), false)},
@@ -598,7 +595,7 @@ func TestBatcherCancelled(t *testing.T) {
 func TestBatcherConcurrency(t *testing.T) {
 	const runners, conc = 3, 2
 	f := newFake(runners)
-	b, _ := startBatcher(t, runtime.BatcherConfig{Policy: policy(1, 0), Runners: f.runners(), Concurrency: conc})
+	b, _ := startBatcher(t, batch.Config{Policy: policy(1, 0), Runners: f.runners(), Concurrency: conc})
 	c := newCollector()
 	const n = 30
 	for i := range n {
@@ -640,7 +637,7 @@ func TestBatcherConcurrency(t *testing.T) {
 // room, TryEnqueue fails fast with ErrQueueFull.
 func TestBatcherBackpressure(t *testing.T) {
 	f := newFake(1)
-	b, _ := startBatcher(t, runtime.BatcherConfig{Policy: policy(1, 0), Runners: f.runners(), QueueSize: 2})
+	b, _ := startBatcher(t, batch.Config{Policy: policy(1, 0), Runners: f.runners(), QueueSize: 2})
 	c := newCollector()
 	enqueue(t, b, c.req(fitem("block", 1, 8), false))
 	waitFor(t, "the blocking run", func() bool { return f.started() == 1 })
@@ -650,7 +647,7 @@ func TestBatcherBackpressure(t *testing.T) {
 			t.Fatalf("TryEnqueue %s: %v", id, err)
 		}
 	}
-	if err := b.TryEnqueue(ctx, c.req(fitem("full", 1, 8), true)); err != runtime.ErrQueueFull {
+	if err := b.TryEnqueue(ctx, c.req(fitem("full", 1, 8), true)); err != batch.ErrQueueFull {
 		t.Fatalf("TryEnqueue on a full queue: %v", err)
 	}
 	tctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
@@ -675,7 +672,7 @@ func TestBatcherBackpressure(t *testing.T) {
 // without waiting for the delay, waits for the runs in flight and returns.
 func TestBatcherSoftStop(t *testing.T) {
 	f := newFake(1)
-	b, stop := startBatcher(t, runtime.BatcherConfig{Policy: policy(8, time.Hour), Runners: f.runners()})
+	b, stop := startBatcher(t, batch.Config{Policy: policy(8, time.Hour), Runners: f.runners()})
 	c := newCollector()
 	enqueue(t, b, c.req(fitem("block", 8, 3), false))
 	waitFor(t, "the blocking run", func() bool { return f.started() == 1 })
@@ -693,16 +690,16 @@ func TestBatcherSoftStop(t *testing.T) {
 	sameLists(t, "runs", idLists(f.snapshot()), [][]string{{"block"}, {"b0"}, {"a0", "a1"}})
 
 	ctx := context.Background()
-	if err := b.Enqueue(ctx, c.req(fitem("z0", 1, 8), false)); !errors.Is(err, runtime.ErrClosed) {
+	if err := b.Enqueue(ctx, c.req(fitem("z0", 1, 8), false)); !errors.Is(err, batch.ErrClosed) {
 		t.Errorf("Enqueue after stop: %v", err)
 	}
-	if err := b.TryEnqueue(ctx, c.req(fitem("z1", 1, 8), false)); !errors.Is(err, runtime.ErrClosed) {
+	if err := b.TryEnqueue(ctx, c.req(fitem("z1", 1, 8), false)); !errors.Is(err, batch.ErrClosed) {
 		t.Errorf("TryEnqueue after stop: %v", err)
 	}
-	if _, err := b.Submit(ctx, fitem("z2", 1, 8), true); !errors.Is(err, runtime.ErrClosed) {
+	if _, err := b.Submit(ctx, fitem("z2", 1, 8), true); !errors.Is(err, batch.ErrClosed) {
 		t.Errorf("Submit after stop: %v", err)
 	}
-	if err := b.Run(ctx); !errors.Is(err, runtime.ErrClosed) {
+	if err := b.Run(ctx); !errors.Is(err, batch.ErrClosed) {
 		t.Errorf("Run after stop: %v", err)
 	}
 	if err := b.Close(); err != nil {
@@ -714,7 +711,7 @@ func TestBatcherSoftStop(t *testing.T) {
 // stops returns ErrClosed rather than holding the stop up.
 func TestBatcherStopWakesEnqueue(t *testing.T) {
 	f := newFake(1)
-	b, stop := startBatcher(t, runtime.BatcherConfig{Policy: policy(1, 0), Runners: f.runners(), QueueSize: 1})
+	b, stop := startBatcher(t, batch.Config{Policy: policy(1, 0), Runners: f.runners(), QueueSize: 1})
 	c := newCollector()
 	enqueue(t, b, c.req(fitem("block", 1, 8), false))
 	waitFor(t, "the blocking run", func() bool { return f.started() == 1 })
@@ -724,7 +721,7 @@ func TestBatcherStopWakesEnqueue(t *testing.T) {
 	waitFor(t, "Enqueue to wait for room", func() bool { return selectingIn("(*Batcher).enqueue") })
 	stopped := make(chan error, 1)
 	go func() { stopped <- stop() }()
-	if err := <-waiting; !errors.Is(err, runtime.ErrClosed) {
+	if err := <-waiting; !errors.Is(err, batch.ErrClosed) {
 		t.Fatalf("waiting Enqueue: %v", err)
 	}
 	f.open()
@@ -739,7 +736,7 @@ func TestBatcherStopWakesEnqueue(t *testing.T) {
 func TestBatcherClose(t *testing.T) {
 	t.Run("running", func(t *testing.T) {
 		f := newFake(1)
-		b, _ := startBatcher(t, runtime.BatcherConfig{Policy: policy(8, time.Hour), Runners: f.runners()})
+		b, _ := startBatcher(t, batch.Config{Policy: policy(8, time.Hour), Runners: f.runners()})
 		c := newCollector()
 		enqueue(t, b, c.req(fitem("warm", 8, 8), false))
 		c.wait(t, 1) // Run is running: a Close before would fail a0
@@ -748,14 +745,14 @@ func TestBatcherClose(t *testing.T) {
 			t.Fatal(err)
 		}
 		c.ok(t, "warm", "a0")
-		if err := b.Enqueue(context.Background(), c.req(fitem("a1", 1, 8), false)); !errors.Is(err, runtime.ErrClosed) {
+		if err := b.Enqueue(context.Background(), c.req(fitem("a1", 1, 8), false)); !errors.Is(err, batch.ErrClosed) {
 			t.Errorf("Enqueue after Close: %v", err)
 		}
 	})
 	t.Run("never run", func(t *testing.T) {
 		noLeak(t)
 		f := newFake(1)
-		b, err := runtime.NewBatcher(runtime.BatcherConfig{Policy: policy(8, time.Hour), Runners: f.runners()})
+		b, err := batch.New(batch.Config{Policy: policy(8, time.Hour), Runners: f.runners()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -765,11 +762,11 @@ func TestBatcherClose(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, id := range []string{"a0", "p0"} {
-			if err := c.result(t, id).Err; !errors.Is(err, runtime.ErrClosed) {
+			if err := c.result(t, id).Err; !errors.Is(err, batch.ErrClosed) {
 				t.Errorf("%s: %v", id, err)
 			}
 		}
-		if err := b.Run(context.Background()); !errors.Is(err, runtime.ErrClosed) {
+		if err := b.Run(context.Background()); !errors.Is(err, batch.ErrClosed) {
 			t.Errorf("Run after Close: %v", err)
 		}
 		if f.started() != 0 {
@@ -783,7 +780,7 @@ func TestBatcherClose(t *testing.T) {
 func TestBatcherRunnerFault(t *testing.T) {
 	f := newFake(1)
 	f.short = true
-	b, _ := startBatcher(t, runtime.BatcherConfig{Policy: policy(2, time.Hour), Runners: f.runners()})
+	b, _ := startBatcher(t, batch.Config{Policy: policy(2, time.Hour), Runners: f.runners()})
 	c := newCollector()
 	enqueue(t, b, c.req(fitem("a0", 1, 8), false), c.req(fitem("a1", 1, 8), false))
 	c.wait(t, 2)
@@ -799,7 +796,7 @@ type countingObserver struct {
 }
 
 func (o *countingObserver) ObserveQueueWait(time.Duration) { o.waits.Add(1) }
-func (o *countingObserver) ObserveBatch(s runtime.BatchStats) {
+func (o *countingObserver) ObserveBatch(s batch.Stats) {
 	o.batches.Add(1)
 	o.items.Add(int64(s.Items))
 	o.rows.Add(int64(s.Rows))
@@ -820,7 +817,7 @@ func TestBatcherLoad(t *testing.T) {
 	f := newFake(runners)
 	f.spin = 20
 	obs := new(countingObserver)
-	b, stop := startBatcher(t, runtime.BatcherConfig{
+	b, stop := startBatcher(t, batch.Config{
 		Policy:  policy(maxBatch, 200*time.Microsecond, 4),
 		Runners: f.runners(), Concurrency: conc, QueueSize: 16, Observer: obs,
 	})
@@ -861,7 +858,7 @@ func TestBatcherLoad(t *testing.T) {
 					req := c.req(it, prio)
 					var err error
 					if mode == 1 {
-						if err = b.TryEnqueue(ctx, req); err == runtime.ErrQueueFull {
+						if err = b.TryEnqueue(ctx, req); err == batch.ErrQueueFull {
 							err = b.Enqueue(ctx, req)
 						}
 					} else {
@@ -926,46 +923,4 @@ func TestBatcherLoad(t *testing.T) {
 	}
 	t.Logf("%d accepted + %d submitted; %d items in %d runs (%.2f items/run); at most %d runs in flight",
 		accepted.Load(), submitted.Load(), items, len(f.snapshot()), float64(items)/float64(len(f.snapshot())), f.maxTotal)
-}
-
-// TestBatcherMLP: the mlp model through the batcher gives each item what
-// Session.Run gives it alone; an item the model refuses fails alone.
-func TestBatcherMLP(t *testing.T) {
-	env := newEnv(t)
-	s := newSession(t, env, "mlp", examples.MLP())
-	obs := new(countingObserver)
-	b, _ := startBatcher(t, runtime.BatcherConfig{
-		Name: "mlp", Policy: policy(8, 2*time.Millisecond), Runners: []runtime.Runner{s}, Concurrency: 2, Observer: obs,
-	})
-	r := rngFor(t)
-	items := make([]runtime.Item, 24)
-	for i := range items {
-		items[i] = mlpItem(r, 1+r.IntN(3))
-	}
-	bad := mlpItem(r, 1)
-	bad.Inputs[0].Data = bad.Inputs[0].Data[:8] // same shape, too little data
-	items = append(items, bad)
-
-	results := make([]runtime.ItemResult, len(items))
-	var wg sync.WaitGroup
-	for i := range items {
-		wg.Go(func() {
-			results[i], _ = b.Submit(context.Background(), items[i], i%5 == 0)
-		})
-	}
-	wg.Wait()
-	for i, res := range results[:len(results)-1] {
-		if res.Err != nil {
-			t.Fatalf("item %d: %v", i, res.Err)
-		}
-		want, err := s.Run(context.Background(), items[i].Inputs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sameTensors(t, fmt.Sprintf("item %d", i), res.Outputs, want)
-	}
-	if err := results[len(results)-1].Err; !errors.Is(err, runtime.ErrInvalidInput) {
-		t.Errorf("bad item: %v", err)
-	}
-	t.Logf("%d items in %d runs", obs.items.Load(), obs.batches.Load())
 }
