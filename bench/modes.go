@@ -327,19 +327,22 @@ func startBrokerWorker(cfg mq.Config, clientID, queue string, m *benchModel, pol
 	sem := make(chan struct{}, 128) // writers, like serve's --result-writers
 	p, err := conn.NewPoller(mq.PollerConfig{
 		Channel: queue, MaxItems: pollMax, DrainTimeout: 5 * time.Second,
-		Deliver: func(ctx context.Context, batch []*mq.Message) (int, error) {
+		Deliver: func(ctx context.Context, batch []*mq.Message) error {
 			for i, msg := range batch {
 				select {
 				case sem <- struct{}{}:
 				case <-ctx.Done():
-					return i, ctx.Err()
+					for _, rest := range batch[i:] {
+						_ = rest.GiveBack() // never answered: back to the queue uncounted
+					}
+					return ctx.Err()
 				}
 				go func() {
 					defer func() { <-sem }()
 					w.answer(ctx, msg, m)
 				}()
 			}
-			return len(batch), nil
+			return nil
 		},
 	})
 	if err != nil {

@@ -166,7 +166,7 @@ func (l *ledger) adoptRecords(n int, prefix string) {
 // ends, counting each copy under its key.
 func (l *ledger) drain(ctx context.Context, conn *mq.Conn, channel string, counts map[string]int) error {
 	p, err := conn.NewPoller(mq.PollerConfig{Channel: channel, MaxItems: 64, DrainTimeout: time.Second,
-		Deliver: func(ctx context.Context, batch []*mq.Message) (int, error) {
+		Deliver: func(ctx context.Context, batch []*mq.Message) error {
 			l.mu.Lock()
 			for _, m := range batch {
 				key := m.Tags[tagKey]
@@ -182,7 +182,7 @@ func (l *ledger) drain(ctx context.Context, conn *mq.Conn, channel string, count
 			for _, m := range batch {
 				_ = m.Ack()
 			}
-			return len(batch), nil
+			return nil
 		}})
 	if err != nil {
 		return fmt.Errorf("drain %s: %w", channel, err)

@@ -33,7 +33,7 @@ import (
 
 // deliver hands a polled batch to the intake workers (backpressure: it
 // blocks while they are behind) and returns how many it handed over: those
-// are intake's to settle. When ctx ends first, the poller gives back the
+// are intake's to settle. When ctx ends first, refuse gives back the
 // rest.
 func (s *Server) deliver(ctx context.Context, q *queue, ch *channel, batch []*mq.Message) (int, error) {
 	q.arriving.Add(1)

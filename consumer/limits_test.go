@@ -128,17 +128,17 @@ func (f *failingSender) note() {
 	f.mu.Unlock()
 }
 
-func (f *failingSender) DeadLetter(ctx context.Context, m *mq.Message, dlq, reason string, attempts int) error {
+func (f *failingSender) SendDeadLetter(ctx context.Context, m *mq.Message, dlq, reason string, attempts int) error {
 	if f.deadLetter == nil {
-		return f.Resender.DeadLetter(ctx, m, dlq, reason, attempts)
+		return f.Resender.SendDeadLetter(ctx, m, dlq, reason, attempts)
 	}
 	f.note()
 	return fmt.Errorf("fake dead letter: %w", f.deadLetter)
 }
 
-func (f *failingSender) Retry(ctx context.Context, m *mq.Message, delay time.Duration, attempt int) error {
+func (f *failingSender) SendRetry(ctx context.Context, m *mq.Message, delay time.Duration, attempt int) error {
 	if f.retry == nil {
-		return f.Resender.Retry(ctx, m, delay, attempt)
+		return f.Resender.SendRetry(ctx, m, delay, attempt)
 	}
 	f.note()
 	return fmt.Errorf("fake retry: %w", f.retry)

@@ -420,8 +420,10 @@ func (s *Server) newPollers(q *queue) error {
 func (s *Server) newPoller(q *queue, ch *channel) (*mq.Poller, error) {
 	p, err := s.cfg.Broker.NewPoller(mq.PollerConfig{
 		Channel: ch.name,
-		Deliver: func(ctx context.Context, batch []*mq.Message) (int, error) {
-			return s.deliverWhenRoom(ctx, q, ch, batch)
+		Deliver: func(ctx context.Context, batch []*mq.Message) error {
+			taken, err := s.deliverWhenRoom(ctx, q, ch, batch)
+			s.refuse(ctx, batch[taken:], err)
+			return err
 		},
 		MaxItems:     s.cfg.PollMaxItems,
 		FollowWithin: s.cfg.PollFollowWithin,
@@ -476,7 +478,8 @@ func (s *Server) StoreFull() bool { return s.cfg.StoreFull != nil && s.cfg.Store
 
 // deliverWhenRoom is each Poller's Deliver: the batch goes to intake once
 // the result store has room, each message once its models have room
-// (max_queue_size, waitQueueRoom).
+// (max_queue_size, waitQueueRoom). It returns how many it handed over;
+// the rest are refused (settle's refuse ends them).
 func (s *Server) deliverWhenRoom(ctx context.Context, q *queue, ch *channel, batch []*mq.Message) (int, error) {
 	if err := s.waitStoreRoom(ctx, q); err != nil {
 		return 0, err
@@ -487,7 +490,7 @@ func (s *Server) deliverWhenRoom(ctx context.Context, q *queue, ch *channel, bat
 // waitStoreRoom holds a polled batch while the result store is full. The
 // Poller polls no more while Deliver blocks, so this pauses the queue
 // without a hook in the Poller: at most the one batch in hand waits,
-// unsettled. It returns ctx's error when ctx ends first (the Poller then
+// unsettled. It returns ctx's error when ctx ends first (refuse then
 // gives the batch back to the queue uncounted).
 func (s *Server) waitStoreRoom(ctx context.Context, q *queue) error {
 	if !s.StoreFull() {

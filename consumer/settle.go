@@ -86,6 +86,7 @@ const (
 	actDeadLetter                  // move to the dead letter queue, alert
 	actUnprocessable               // forward raw to the unprocessable queue
 	actGiveBack                    // GiveBack, no record: it never ran
+	actNAck                        // its record could not be stored: NAck, so that nothing is lost
 )
 
 // settlement is the outcome of a job.
@@ -197,6 +198,23 @@ func retryDelay(r models.Retries, attempt int) time.Duration {
 	return min(d, maxDelay)
 }
 
+// afterStore is the second pure step beside decide: what a failed store
+// of o's record (status) changes. Nothing when the store took it (err nil),
+// nor for an unprocessable message, which is forwarded all the same (its
+// record is a courtesy). A record the store can never take
+// (results.ErrInvalidEntry) sends the task to the dead letter queue with
+// the reason: a NAck would bring it back for ever. Any other failure NAcks
+// the message, so that the task is not lost; it counts no outcome.
+func afterStore(o settlement, status task.Status, err error) settlement {
+	switch {
+	case err == nil, o.action == actUnprocessable:
+		return o
+	case errors.Is(err, results.ErrInvalidEntry):
+		return settlement{action: actDeadLetter, err: fmt.Errorf("storing its %s record: %w", status, err), label: OutcomeFailure, attempts: o.attempts}
+	}
+	return settlement{action: actNAck, err: err, attempts: o.attempts}
+}
+
 // facts gathers what decide needs of j.
 func (j *job) facts() facts {
 	f := facts{verdict: j.adm.verdict, why: j.adm.err, spent: j.spent, result: j.req.Result.Err,
@@ -257,25 +275,23 @@ func (s *Server) settle(ctx context.Context, j *job) {
 	default:
 		rec := s.record(j, o)
 		err := s.put(ctx, j, rec)
+		o = afterStore(o, rec.Status, err)
 		switch {
 		case err == nil:
+			if o.action == actAck && o.status == task.StatusSuccess {
+				m.met.store.Observe(s.cfg.Now().Sub(started).Seconds())
+			}
 		case o.action == actUnprocessable:
-			// Forwarded all the same: its record is a courtesy.
 			s.log.Error("store failed; forwarding the message all the same", "task_id", t.ID, "status", rec.Status, "err", err)
 		case errors.Is(err, results.ErrInvalidEntry):
-			// The store can never take this record: a NAck would bring
-			// the message back for ever. It goes to the dead letter
-			// queue, with the reason, instead.
 			s.log.Error("record refused by the store for good; moving the task to the dead letter queue", "task_id", t.ID, "status", rec.Status, "err", err)
-			o = settlement{action: actDeadLetter, err: fmt.Errorf("storing its %s record: %w", rec.Status, err), label: OutcomeFailure, attempts: o.attempts}
 		default:
 			s.log.Error("store failed; nacking so the task is not lost", "task_id", t.ID, "status", rec.Status, "err", err)
-			_ = j.msg.NAck()
-			return
 		}
-		if o.action == actAck && o.status == task.StatusSuccess {
-			m.met.store.Observe(s.cfg.Now().Sub(started).Seconds())
-		}
+	}
+	if o.action == actNAck {
+		_ = j.msg.NAck()
+		return
 	}
 	switch {
 	case o.label == OutcomeSuccess:
@@ -309,6 +325,24 @@ func (s *Server) settle(ctx context.Context, j *job) {
 	}
 }
 
+// refuse ends the messages of a polled batch that intake did not take
+// (deliver stopped early with err): given back uncounted when ctx has ended
+// (a shutdown: they never ran), else NAcked.
+func (s *Server) refuse(ctx context.Context, rest []*mq.Message, err error) {
+	for _, m := range rest {
+		if ctx.Err() != nil {
+			_ = m.GiveBack()
+			continue
+		}
+		if nerr := m.NAck(); nerr != nil && !errors.Is(nerr, mq.ErrAlreadySettled) {
+			s.log.Warn("nack of a refused message failed", "msg", m, "err", nerr)
+		}
+	}
+	if len(rest) > 0 && ctx.Err() == nil {
+		s.log.Warn("intake refused messages; nacked", "n", len(rest), "err", err)
+	}
+}
+
 // retry resends the message after o.delay with the next attempt number, or
 // NAcks it for an immediate redelivery. A resend that fails is tried again
 // with backoff (sendTries); then the message is NAcked, which retries it at
@@ -329,12 +363,13 @@ func (s *Server) retry(ctx context.Context, j *job, o settlement) {
 	}
 	s.log.Info("retrying task", "task_id", t.ID, "model", j.adm.model.Config.Name, "attempt", j.attempt, "of", limit, "delay", o.delay, "err", o.err)
 	err := s.send(ctx, j, "delayed resend", func(ctx context.Context) error {
-		return s.sender.Retry(ctx, j.msg, o.delay, j.attempt+1)
+		return s.sender.SendRetry(ctx, j.msg, o.delay, j.attempt+1)
 	})
 	switch {
 	case err == nil:
-	case j.msg.Settled():
-		s.log.Warn("ack failed after the delayed resend; the task may run once more", "task_id", t.ID, "err", err)
+		if err := j.msg.Ack(); err != nil {
+			s.log.Warn("ack failed after the delayed resend; the task may run once more", "task_id", t.ID, "err", err)
+		}
 	case errors.Is(err, mq.ErrTooLarge):
 		s.log.Warn("task too large to resend with a delay; retrying it at once by nack", "task_id", t.ID, "err", err)
 		_ = j.msg.NAck()
@@ -346,7 +381,7 @@ func (s *Server) retry(ctx context.Context, j *job, o settlement) {
 
 // deadLetter moves the message to the producer's failed-task queue (or the
 // model's DLQ) and fires the alert. A message too large to send again goes
-// by reference (mq.Sender.Forward); one that cannot be forwarded at all is
+// by reference (mq.Sender.SendCopy); one that cannot be forwarded at all is
 // ended by unsent.
 func (s *Server) deadLetter(ctx context.Context, j *job, o settlement) {
 	t, name := j.adm.task, j.adm.model.Config.Name
@@ -356,9 +391,11 @@ func (s *Server) deadLetter(ctx context.Context, j *job, o settlement) {
 	}
 	s.log.Warn("task failed for good; moving it to the dead letter queue", "task_id", t.ID, "model", name, "attempts", o.attempts, "dlq", dest, "err", o.err)
 	err := s.send(ctx, j, "move to the dead letter queue", func(ctx context.Context) error {
-		return s.sender.DeadLetter(ctx, j.msg, dest, errString(o.err), o.attempts)
+		return s.sender.SendDeadLetter(ctx, j.msg, dest, errString(o.err), o.attempts)
 	})
-	if err != nil {
+	if err == nil {
+		s.ackCopied(j, "move to the dead letter queue")
+	} else {
 		if dest = s.unsent(j, "move to the dead letter queue", dest, j.adm.model.Config.DLQQueue, err); dest == "" {
 			return
 		}
@@ -379,10 +416,20 @@ func (s *Server) forward(ctx context.Context, j *job, o settlement) {
 	}
 	s.log.Warn("unprocessable message", "queue", j.q.name, "msg", j.msg, "to", dest, "err", o.err)
 	err := s.send(ctx, j, "forward to the unprocessable queue", func(ctx context.Context) error {
-		return s.sender.Forward(ctx, j.msg, dest, map[string]string{mq.TagError: errString(o.err), mq.TagOrigin: j.q.name})
+		return s.sender.SendCopy(ctx, j.msg, dest, map[string]string{mq.TagError: errString(o.err), mq.TagOrigin: j.q.name})
 	})
-	if err != nil {
-		s.unsent(j, "forward to the unprocessable queue", dest, dest, err)
+	if err == nil {
+		s.ackCopied(j, "forward to the unprocessable queue")
+		return
+	}
+	s.unsent(j, "forward to the unprocessable queue", dest, dest, err)
+}
+
+// ackCopied acks j's message once its copy (what) is stored. When the Ack
+// fails the message may come back and go once more: at-least-once.
+func (s *Server) ackCopied(j *job, what string) {
+	if err := j.msg.Ack(); err != nil {
+		s.log.Warn("ack failed after the forward", "what", what, "msg", j.msg, "err", err)
 	}
 }
 
@@ -401,26 +448,25 @@ const (
 	forwardReceives = 5
 )
 
-// resender is what settling needs of the broker connection's sender;
-// *mq.Sender satisfies it.
+// resender is what settling needs of the broker connection's sender: the
+// copies that a retry, a dead letter and an unprocessable forward send
+// before settle acks the message. *mq.Sender satisfies it.
 type resender interface {
-	Retry(ctx context.Context, m *mq.Message, delay time.Duration, attempt int) error
-	Forward(ctx context.Context, m *mq.Message, channel string, extra map[string]string) error
-	DeadLetter(ctx context.Context, m *mq.Message, dlq, reason string, attempts int) error
+	SendRetry(ctx context.Context, m *mq.Message, delay time.Duration, attempt int) error
+	SendCopy(ctx context.Context, m *mq.Message, channel string, extra map[string]string) error
+	SendDeadLetter(ctx context.Context, m *mq.Message, dlq, reason string, attempts int) error
 }
 
 // send runs op, a send that settles j's message, up to sendTries times
 // while it fails for a temporary reason, with backoff between tries, and
 // returns its last error. It stops at once on a permanent error (see
-// retryable), once the message is settled (the send worked and only its
-// Ack failed: sending again would store the message twice), and when ctx
-// ends.
+// retryable) and when ctx ends.
 func (s *Server) send(ctx context.Context, j *job, what string, op func(context.Context) error) error {
 	var last error
 	b := &backoff.ExponentialBackOff{InitialInterval: sendBackoff, RandomizationFactor: 0.2, Multiplier: 2, MaxInterval: 4 * sendBackoff}
 	_, _ = backoff.Retry(ctx, func() (struct{}, error) {
 		last = op(ctx)
-		if last != nil && (j.msg.Settled() || !retryable(last)) {
+		if last != nil && !retryable(last) {
 			return struct{}{}, backoff.Permanent(last)
 		}
 		return struct{}{}, last
@@ -460,11 +506,6 @@ func permanent(err error) bool {
 // do).
 func (s *Server) unsent(j *job, what, dest, fallback string, err error) (to string) {
 	switch {
-	case j.msg.Settled():
-		// The copy was stored; only the Ack failed: the message may come
-		// back and go once more.
-		s.log.Warn("ack failed after the forward", "what", what, "msg", j.msg, "err", err)
-		return dest
 	case !permanent(err) && j.msg.ReceiveCount < forwardReceives:
 		s.log.Error("forward failed; nacking", "what", what, "msg", j.msg, "err", err)
 		_ = j.msg.NAck()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/inferq/inferq/batch"
 	"github.com/inferq/inferq/models"
+	"github.com/inferq/inferq/results"
 	"github.com/inferq/inferq/task"
 )
 
@@ -101,5 +102,47 @@ func TestRetryDelay(t *testing.T) {
 		if tt.hi > 0 && len(seen) < 2 {
 			t.Errorf("retryDelay(%v, %v, %d) has no jitter", tt.initial, tt.max, tt.attempt)
 		}
+	}
+}
+
+// afterStore, without a broker: what a failed store of a settlement's
+// record changes.
+func TestAfterStore(t *testing.T) {
+	boom := errors.New("broker away")
+	invalid := fmt.Errorf("too big: %w", results.ErrInvalidEntry)
+	ack := settlement{action: actAck, status: task.StatusSuccess, label: OutcomeSuccess, attempts: 2}
+	dead := settlement{action: actDeadLetter, status: task.StatusFailure, err: boom, label: OutcomeFailure, attempts: 4}
+	unproc := settlement{action: actUnprocessable, status: task.StatusFailure, err: boom, label: OutcomeUnknownModel, attempts: 1}
+	for _, tc := range []struct {
+		name   string
+		o      settlement
+		err    error
+		action action
+		label  string
+		errIn  string
+	}{
+		{"stored: unchanged", ack, nil, actAck, OutcomeSuccess, ""},
+		{"stored dead letter: unchanged", dead, nil, actDeadLetter, OutcomeFailure, "broker away"},
+		{"store away: nack, no outcome", ack, boom, actNAck, "", "broker away"},
+		{"store away on a dead letter: nack", dead, boom, actNAck, "", "broker away"},
+		{"record refused for good: dead letter", ack, invalid, actDeadLetter, OutcomeFailure, "storing its SUCCESS record: too big"},
+		{"unprocessable: forwarded all the same", unproc, boom, actUnprocessable, OutcomeUnknownModel, "broker away"},
+		{"unprocessable, refused record: forwarded", unproc, invalid, actUnprocessable, OutcomeUnknownModel, "broker away"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := afterStore(tc.o, tc.o.status, tc.err)
+			if got.action != tc.action || got.label != tc.label {
+				t.Errorf("afterStore = action %d label %q, want %d %q", got.action, got.label, tc.action, tc.label)
+			}
+			if got.attempts != tc.o.attempts {
+				t.Errorf("attempts %d, want %d kept", got.attempts, tc.o.attempts)
+			}
+			if tc.errIn == "" && got.err != nil || tc.errIn != "" && (got.err == nil || !strings.Contains(got.err.Error(), tc.errIn)) {
+				t.Errorf("err %v, want one with %q", got.err, tc.errIn)
+			}
+			if got.action == actNAck && got.status != "" {
+				t.Errorf("a nack stores nothing more, got status %q", got.status)
+			}
+		})
 	}
 }

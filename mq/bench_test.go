@@ -71,7 +71,7 @@ func BenchmarkPollerAck(b *testing.B) {
 				var first atomic.Int64 // unix ns of the first delivery: excludes the 1 s warm-up
 				done := make(chan struct{})
 				p, err := c.NewPoller(PollerConfig{Channel: ch, MaxItems: maxItems, MaxInFlight: 4 * maxItems, RecycleAfter: 1000,
-					Deliver: func(ctx context.Context, msgs []*Message) (int, error) {
+					Deliver: func(ctx context.Context, msgs []*Message) error {
 						first.CompareAndSwap(0, time.Now().UnixNano())
 						for _, m := range msgs {
 							if err := m.Ack(); err != nil {
@@ -85,7 +85,7 @@ func BenchmarkPollerAck(b *testing.B) {
 								close(done)
 							}
 						}
-						return len(msgs), nil
+						return nil
 					}})
 				if err != nil {
 					b.Fatal(err)

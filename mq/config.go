@@ -139,7 +139,7 @@ type Config struct {
 	// MaxMessageBytes is the largest message (body, metadata and tags)
 	// Send accepts; bigger messages fail locally with ErrTooLarge instead
 	// of tearing the upstream stream down for 1-2 s (trap 10), and
-	// Forward sends them by reference. Default 16 MiB; at most
+	// SendCopy sends them by reference. Default 16 MiB; at most
 	// MaxSendBytes. A consumer sets it to what it accepts, so that it can
 	// resend any task it took.
 	MaxMessageBytes int

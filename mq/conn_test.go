@@ -124,12 +124,12 @@ func TestMutualTLS(t *testing.T) {
 			got := make(chan string, 3)
 			runPoller(t, c, PollerConfig{ // the SDK's downstream, through the bridge
 				Channel: ch,
-				Deliver: func(ctx context.Context, batch []*Message) (int, error) {
+				Deliver: func(ctx context.Context, batch []*Message) error {
 					for _, m := range batch {
 						got <- string(m.Body)
 						_ = m.Ack()
 					}
-					return len(batch), nil
+					return nil
 				},
 			})
 			for range 3 {

@@ -11,10 +11,10 @@ import (
 	"unicode/utf8"
 )
 
-// A message over the sender's limit cannot be sent again whole: Forward
-// (and DeadLetter) send it by reference (the first RefBytes of body and
+// A message over the sender's limit cannot be sent again whole: SendCopy
+// (and SendDeadLetter) send it by reference (the first RefBytes of body and
 // metadata, tags cut, what was cut and the original sizes in tags) and ack
-// it; Retry, which needs the whole task, refuses it with ErrTooLarge and
+// it; SendRetry, which needs the whole task, refuses it with ErrTooLarge and
 // leaves it unsettled. A message within the limit is forwarded whole.
 func TestForwardByReference(t *testing.T) {
 	tg := targets(t, fastBroker())[0]
@@ -28,11 +28,11 @@ func TestForwardByReference(t *testing.T) {
 	t.Cleanup(func() { c.Close() })
 	ch, dlq := chanName(t), chanName(t)+".dlq"
 	msgs := make(chan *Message, 10)
-	deliver := func(ctx context.Context, batch []*Message) (int, error) {
+	deliver := func(ctx context.Context, batch []*Message) error {
 		for _, m := range batch {
 			msgs <- m
 		}
-		return len(batch), nil
+		return nil
 	}
 	runPoller(t, c, PollerConfig{Channel: ch, Deliver: deliver})
 	runPoller(t, c, PollerConfig{Channel: dlq, Deliver: deliver})
@@ -56,14 +56,17 @@ func TestForwardByReference(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := next()
-	if err := c.Sender().Retry(context.Background(), m, time.Second, 2); !errors.Is(err, ErrTooLarge) || m.Settled() {
+	if err := c.Sender().SendRetry(context.Background(), m, time.Second, 2); !errors.Is(err, ErrTooLarge) || m.Settled() {
 		t.Fatalf("retry of a message over the limit: %v (settled %v), want ErrTooLarge and unsettled", err, m.Settled())
 	}
-	if err := c.Sender().DeadLetter(context.Background(), m, dlq, "boom", 3); err != nil {
+	if err := c.Sender().SendDeadLetter(context.Background(), m, dlq, "boom", 3); err != nil {
 		t.Fatalf("dead letter by reference: %v", err)
 	}
-	if !m.Settled() {
-		t.Error("the original was not acked")
+	if m.Settled() {
+		t.Error("SendDeadLetter settled the original: that is its caller's (the consumer's settle)")
+	}
+	if err := m.Ack(); err != nil {
+		t.Fatal(err)
 	}
 	d := next()
 	if !bytes.Equal(d.Body, body[:RefBytes]) {
@@ -92,7 +95,10 @@ func TestForwardByReference(t *testing.T) {
 		t.Fatal(err)
 	}
 	m = next()
-	if err := c.Sender().Forward(context.Background(), m, dlq, map[string]string{TagError: "bad"}); err != nil {
+	if err := c.Sender().SendCopy(context.Background(), m, dlq, map[string]string{TagError: "bad"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Ack(); err != nil {
 		t.Fatal(err)
 	}
 	d = next()

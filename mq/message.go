@@ -74,7 +74,7 @@ func (m *Message) Ack() error { return m.settle(opAck, "") }
 // NAck hands the message back: the broker delivers it again at the tail of
 // the queue about 0.5 ms later, with ReceiveCount+1, or moves it to
 // MaxReceiveQueue (or drops it) when MaxReceiveCount is reached. There is
-// no backoff: for a delayed retry use Sender.Retry.
+// no backoff: for a delayed retry send a copy with Sender.SendRetry and Ack this one.
 func (m *Message) NAck() error { return m.settle(opNAck, "") }
 
 // ReQueue moves the message to channel.

@@ -171,7 +171,7 @@ func TestPollerDeliversEachMessageOnceAcrossRecycling(t *testing.T) {
 					errs[err.Error()]++
 					errMu.Unlock()
 				},
-				Deliver: func(ctx context.Context, batch []*Message) (int, error) {
+				Deliver: func(ctx context.Context, batch []*Message) error {
 					for _, m := range batch {
 						mu.Lock()
 						seen[string(m.Body)]++
@@ -183,7 +183,7 @@ func TestPollerDeliversEachMessageOnceAcrossRecycling(t *testing.T) {
 							}
 						}()
 					}
-					return len(batch), nil
+					return nil
 				},
 			})
 			p.onPoll = func(asked, got, waiting int) {
@@ -275,12 +275,12 @@ func TestPollerLoneMessageIsNotHeld(t *testing.T) {
 			got := make(chan time.Time, 8)
 			p := runPoller(t, c, PollerConfig{
 				Channel: ch,
-				Deliver: func(ctx context.Context, batch []*Message) (int, error) {
+				Deliver: func(ctx context.Context, batch []*Message) error {
 					for _, m := range batch {
 						got <- time.Now()
 						_ = m.Ack()
 					}
-					return len(batch), nil
+					return nil
 				},
 			})
 			// Let the poller warm up and settle into the idle peek.
@@ -318,11 +318,11 @@ func TestPollerBackpressure(t *testing.T) {
 		// MaxItems over what is sent: a light queue, whose batches may
 		// overlap up to MaxInFlight (see Poller).
 		Channel: ch, MaxItems: 32, MaxInFlight: 5,
-		Deliver: func(ctx context.Context, batch []*Message) (int, error) {
+		Deliver: func(ctx context.Context, batch []*Message) error {
 			mu.Lock()
 			held = append(held, batch...)
 			mu.Unlock()
-			return len(batch), nil
+			return nil
 		},
 	})
 	sendN(t, c.Sender(), ch, 20)
@@ -374,14 +374,14 @@ func TestPollerRecoversFromBrokerRestart(t *testing.T) {
 				}
 			}
 		},
-		Deliver: func(ctx context.Context, batch []*Message) (int, error) {
+		Deliver: func(ctx context.Context, batch []*Message) error {
 			for _, m := range batch {
 				mu.Lock()
 				seen[string(m.Body)] = true
 				mu.Unlock()
 				_ = m.Ack()
 			}
-			return len(batch), nil
+			return nil
 		},
 	})
 	sendN(t, c.Sender(), ch, 10)
@@ -414,11 +414,11 @@ func TestSettleErrors(t *testing.T) {
 		// One message per batch: each settlement goes out at once.
 		Channel: ch, MaxItems: 1,
 		OnSettleError: func(err error) { settleErrs.Add(1) },
-		Deliver: func(ctx context.Context, batch []*Message) (int, error) {
+		Deliver: func(ctx context.Context, batch []*Message) error {
 			for _, m := range batch {
 				msgs <- m
 			}
-			return len(batch), nil
+			return nil
 		},
 	})
 	sendN(t, c.Sender(), ch, 2)
@@ -466,9 +466,9 @@ func TestSettlementsOfABatchGoOutTogether(t *testing.T) {
 	batches := make(chan []*Message, 4)
 	runPoller(t, c, PollerConfig{
 		Channel: ch, MaxItems: 3,
-		Deliver: func(ctx context.Context, batch []*Message) (int, error) {
+		Deliver: func(ctx context.Context, batch []*Message) error {
 			batches <- batch
-			return len(batch), nil
+			return nil
 		},
 	})
 	// The first message after an idle watch comes alone (it is polled as
@@ -621,11 +621,11 @@ func TestRetryAndDeadLetter(t *testing.T) {
 	c := dial(t, tg)
 	ch, dlq := chanName(t), chanName(t)+".dlq"
 	msgs := make(chan *Message, 10)
-	deliver := func(ctx context.Context, batch []*Message) (int, error) {
+	deliver := func(ctx context.Context, batch []*Message) error {
 		for _, m := range batch {
 			msgs <- m
 		}
-		return len(batch), nil
+		return nil
 	}
 	runPoller(t, c, PollerConfig{Channel: ch, Deliver: deliver})
 	runPoller(t, c, PollerConfig{Channel: dlq, Deliver: deliver})
@@ -634,7 +634,13 @@ func TestRetryAndDeadLetter(t *testing.T) {
 	}
 	m := <-msgs
 	start := time.Now()
-	if err := c.Sender().Retry(context.Background(), m, time.Second, 2); err != nil {
+	if err := c.Sender().SendRetry(context.Background(), m, time.Second, 2); err != nil {
+		t.Fatal(err)
+	}
+	if m.Settled() {
+		t.Error("SendRetry settled the original: that is its caller's")
+	}
+	if err := m.Ack(); err != nil {
 		t.Fatal(err)
 	}
 	r := <-msgs
@@ -642,7 +648,10 @@ func TestRetryAndDeadLetter(t *testing.T) {
 	if r.Tags[TagAttempt] != "2" || r.Tags["task_id"] != "1" || r.MaxReceiveQueue != dlq || r.ID == m.ID {
 		t.Errorf("retry copy %+v", r)
 	}
-	if err := c.Sender().DeadLetter(context.Background(), r, dlq, "boom", 3); err != nil {
+	if err := c.Sender().SendDeadLetter(context.Background(), r, dlq, "boom", 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Ack(); err != nil {
 		t.Fatal(err)
 	}
 	d := <-msgs

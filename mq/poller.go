@@ -18,15 +18,15 @@ type PollerConfig struct {
 	// Channel is the queue to consume. Required.
 	Channel string
 	// Deliver receives each polled batch, in sequence order, from the
-	// Poller's goroutine, and returns how many of its messages, from the
-	// first, it took: those are its own to settle, whatever happens next.
-	// It may block: while it blocks the Poller does not poll
-	// (backpressure). It must return when ctx ends. The messages it did
-	// not take (batch[taken:]) the Poller settles: when ctx has ended it
-	// gives them back uncounted (GiveBack), else it NAcks them, and logs
-	// err. Taking fewer than all without an error is a refusal too.
-	// Required.
-	Deliver func(ctx context.Context, batch []*Message) (taken int, err error)
+	// Poller's goroutine. From the call on, every message of the batch is
+	// Deliver's to settle (Ack, NAck, ReQueue or GiveBack), now or later,
+	// whatever it returns: the Poller settles none. A message that is never
+	// settled holds its batch's other settlements back until the stream
+	// client closes (see Message), so one it cannot take at shutdown must
+	// be given back. It may block: while it blocks the Poller does not poll
+	// (backpressure). It must return when ctx ends. A non-nil error is
+	// logged. Required.
+	Deliver func(ctx context.Context, batch []*Message) error
 	// MaxItems caps one stream poll. A poll never asks for more than is
 	// known to be waiting, so that it fills and returns at once (trap 2).
 	// Default 32.

@@ -6,7 +6,6 @@ package mq
 
 import (
 	"context"
-	"errors"
 	"sync/atomic"
 	"time"
 
@@ -170,28 +169,13 @@ func (p *Poller) poll(pc *pollClient, n int) ([]*Message, error) {
 	return msgs, nil
 }
 
-// deliver hands msgs to Deliver and settles what it did not take: given
-// back uncounted at shutdown (the stream close returns them without
-// counting a receive), else NAcked. The messages it took are its own: it
-// may be running or have settled any of them already.
+// deliver hands msgs to Deliver, whose they are from now on (see
+// PollerConfig.Deliver), and logs its error.
 func (p *Poller) deliver(ctx context.Context, msgs []*Message) {
 	p.parked.Store(true)
-	taken, err := p.cfg.Deliver(ctx, msgs)
+	err := p.cfg.Deliver(ctx, msgs)
 	p.parked.Store(false)
-	rest := msgs[min(max(taken, 0), len(msgs)):]
-	if len(rest) == 0 {
-		return
-	}
-	for _, m := range rest {
-		if ctx.Err() != nil {
-			_ = m.GiveBack()
-			continue
-		}
-		if nerr := m.NAck(); nerr != nil && !errors.Is(nerr, ErrAlreadySettled) {
-			p.warn.Warn("mq nack of refused message failed", "msg", m, "err", nerr)
-		}
-	}
-	if ctx.Err() == nil {
-		p.warn.Warn("mq deliver refused messages", "n", len(rest), "of", len(msgs), "err", err)
+	if err != nil && ctx.Err() == nil {
+		p.warn.Warn("mq deliver refused messages", "n", len(msgs), "err", err)
 	}
 }

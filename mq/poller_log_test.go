@@ -20,7 +20,7 @@ func TestPollerEventsHaveOneOwner(t *testing.T) {
 		var buf bytes.Buffer
 		c := &Conn{log: slog.New(slog.NewTextHandler(&buf, nil)), cfg: Config{LogRepeatEvery: time.Hour}}
 		var states, settles int
-		cfg := PollerConfig{Channel: "q", Deliver: func(_ context.Context, b []*Message) (int, error) { return len(b), nil }}
+		cfg := PollerConfig{Channel: "q", Deliver: func(_ context.Context, b []*Message) error { return nil }}
 		if withCallbacks {
 			cfg.OnState = func(bool, error) { states++ }
 			cfg.OnSettleError = func(error) { settles++ }

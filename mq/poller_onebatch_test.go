@@ -40,11 +40,11 @@ func TestPollerNoPollWhileOverlappingBatchesClose(t *testing.T) {
 	}
 	runPoller(t, c, PollerConfig{
 		Channel: ch, MaxItems: 16, MaxInFlight: 64,
-		Deliver: func(ctx context.Context, batch []*Message) (int, error) {
+		Deliver: func(ctx context.Context, batch []*Message) error {
 			mu.Lock()
 			batches = append(batches, batch)
 			mu.Unlock()
-			return len(batch), nil
+			return nil
 		},
 	})
 	sendN(t, c.Sender(), ch, 16)
@@ -91,7 +91,7 @@ func TestPollerGiveBackClosesItsBatchFirst(t *testing.T) {
 	)
 	p := runPoller(t, c, PollerConfig{
 		Channel: ch, MaxItems: 8,
-		Deliver: func(ctx context.Context, batch []*Message) (int, error) {
+		Deliver: func(ctx context.Context, batch []*Message) error {
 			open := tg.srv.QueueState(ch).Open
 			mu.Lock()
 			defer mu.Unlock()
@@ -106,7 +106,7 @@ func TestPollerGiveBackClosesItsBatchFirst(t *testing.T) {
 				}
 				_ = m.Ack()
 			}
-			return len(batch), nil
+			return nil
 		},
 	})
 	out := make([]OutMessage, total)
@@ -152,9 +152,9 @@ func TestPollerOneBatchAtATimeOnABusyQueue(t *testing.T) {
 	batches := make(chan []*Message, 40)
 	runPoller(t, c, PollerConfig{
 		Channel: ch, MaxItems: 4, MaxInFlight: 40,
-		Deliver: func(ctx context.Context, batch []*Message) (int, error) {
+		Deliver: func(ctx context.Context, batch []*Message) error {
 			batches <- batch
-			return len(batch), nil
+			return nil
 		},
 	})
 	for got := 0; got < 40; {

@@ -57,12 +57,12 @@ func TestPollerNoPeekBesideAnOpenBatch(t *testing.T) {
 }
 
 // deliverInto is a Deliver that hands every message to got and takes all.
-func deliverInto(got chan<- *Message) func(context.Context, []*Message) (int, error) {
-	return func(_ context.Context, batch []*Message) (int, error) {
+func deliverInto(got chan<- *Message) func(context.Context, []*Message) error {
+	return func(_ context.Context, batch []*Message) error {
 		for _, m := range batch {
 			got <- m
 		}
-		return len(batch), nil
+		return nil
 	}
 }
 

@@ -17,11 +17,11 @@ func TestPollerUpFollowsAFrozenBroker(t *testing.T) {
 	ch := chanName(t)
 	held := make(chan *Message, 2)
 	p := runPoller(t, c, PollerConfig{Channel: ch, MaxItems: 2, MaxInFlight: 2, PollWait: 100 * time.Millisecond,
-		Deliver: func(_ context.Context, batch []*Message) (int, error) {
+		Deliver: func(_ context.Context, batch []*Message) error {
 			for _, m := range batch {
 				held <- m
 			}
-			return len(batch), nil
+			return nil
 		}})
 	if err := c.Sender().Send(context.Background(), OutMessage{Channel: ch, Body: []byte("a")}, OutMessage{Channel: ch, Body: []byte("b")}); err != nil {
 		t.Fatal(err)
@@ -85,9 +85,9 @@ func TestPollerUpFollowsABrokerLostWhileNoClientIsReady(t *testing.T) {
 	proxy.refuseNew()
 	const answerWithin = 30 * time.Second
 	p := runPoller(t, c, PollerConfig{Channel: ch, PollWait: 100 * time.Millisecond, AnswerWithin: answerWithin,
-		Deliver: func(_ context.Context, batch []*Message) (int, error) {
+		Deliver: func(_ context.Context, batch []*Message) error {
 			t.Errorf("delivered %d with no stream client able to connect", len(batch))
-			return 0, nil
+			return nil
 		}})
 	waitFor(t, 5*time.Second, "the peek to see the message", func() bool { return p.Up() && p.Stats().Peeks > 0 })
 	time.Sleep(100 * time.Millisecond) // the loop waits for a client

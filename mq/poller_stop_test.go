@@ -24,13 +24,13 @@ func TestPollerGivesBackOnlyWhatDeliverDidNotTake(t *testing.T) {
 	cut := make(chan struct{})
 	p, err := c.NewPoller(PollerConfig{
 		Channel: ch, DrainTimeout: 10 * time.Second,
-		Deliver: func(ctx context.Context, batch []*Message) (int, error) {
+		Deliver: func(ctx context.Context, batch []*Message) error {
 			mu.Lock()
 			defer mu.Unlock()
 			if len(batch) < 3 {
 				// The lone message a peek saw first.
 				taken = append(taken, batch...)
-				return len(batch), nil
+				return nil
 			}
 			// Take one, then wait for room that never comes.
 			taken = append(taken, batch[0])
@@ -38,7 +38,10 @@ func TestPollerGivesBackOnlyWhatDeliverDidNotTake(t *testing.T) {
 			mu.Unlock()
 			<-ctx.Done()
 			mu.Lock()
-			return 1, ctx.Err()
+			for _, m := range batch[1:] {
+				_ = m.GiveBack() // never taken: back to the queue uncounted
+			}
+			return ctx.Err()
 		},
 	})
 	if err != nil {

@@ -17,11 +17,11 @@ func TestPollerRecyclesByAge(t *testing.T) {
 			got := make(chan *Message, 4)
 			p := runPoller(t, c, PollerConfig{
 				Channel: ch, RecycleEvery: 300 * time.Millisecond,
-				Deliver: func(ctx context.Context, b []*Message) (int, error) {
+				Deliver: func(ctx context.Context, b []*Message) error {
 					for _, m := range b {
 						got <- m
 					}
-					return len(b), nil
+					return nil
 				},
 			})
 			for i, body := range []string{"before", "after"} {

@@ -19,11 +19,11 @@ const (
 	// TagAttempt carries the attempt number on a delayed retry (Retry).
 	TagAttempt = "inferq-attempt" // the same tag as task.TagAttempt
 	// TagError, TagAttempts and TagOrigin describe why and from where
-	// DeadLetter forwarded a message.
+	// SendDeadLetter copied a message.
 	TagError    = "error"
 	TagAttempts = "attempts"
 	TagOrigin   = "origin"
-	// TagTruncated marks a copy that Forward (or DeadLetter) sent by
+	// TagTruncated marks a copy that SendCopy (or SendDeadLetter) sent by
 	// reference because the message was over Config.MaxMessageBytes: it
 	// lists what was cut to its first RefBytes ("body", "metadata",
 	// "tags", comma separated). TagOriginalBytes is the original body's
@@ -333,32 +333,31 @@ func resultsLen(r *qs.SendResult) int {
 	return len(r.Results)
 }
 
-// Retry schedules a delayed retry of m (DESIGN 4.2): it sends a copy of m
-// to m.Channel with DelaySeconds = delay (rounded up to whole seconds) and
-// TagAttempt = attempt, and only when that is stored Acks m. If the send
-// fails m is left unsettled (the caller NAcks it or lets it come back); if
-// the Ack fails after the send, the task exists twice, which at-least-once
-// delivery allows. A message over Config.MaxMessageBytes cannot be resent
-// (a retry needs the whole task): that fails at once with ErrTooLarge.
-// Safe for concurrent use.
-func (s *Sender) Retry(ctx context.Context, m *Message, delay time.Duration, attempt int) error {
+// SendRetry sends the copy of m that a delayed retry needs (DESIGN 4.2): to
+// m.Channel, with DelaySeconds = delay (rounded up to whole seconds) and
+// TagAttempt = attempt. It does not settle m: once it returns nil the
+// caller Acks m (if that Ack fails the task exists twice, which
+// at-least-once delivery allows); on an error m is untouched. A message over
+// Config.MaxMessageBytes cannot be resent (a retry needs the whole task):
+// that fails at once with ErrTooLarge. Safe for concurrent use.
+func (s *Sender) SendRetry(ctx context.Context, m *Message, delay time.Duration, attempt int) error {
 	out := m.Out(m.Channel, map[string]string{TagAttempt: strconv.Itoa(attempt)})
 	out.DelaySeconds = int((delay + time.Second - 1) / time.Second)
 	if err := s.Send(ctx, out); err != nil {
 		return fmt.Errorf("mq: retry %s: %w", m.ID, err)
 	}
-	return m.Ack()
+	return nil
 }
 
-// Forward sends m raw (body, metadata, tags plus extra, no receive policy)
-// to channel and then Acks m, with the ordering and failure rules of Retry.
-// It is the unprocessable-queue and dead-letter path, so it works for any
-// message that could be received: one over Config.MaxMessageBytes (body,
-// metadata and tags together), or one the broker refuses for its size, is
-// sent by reference instead: the first RefBytes of its body and metadata,
-// its tags and extra with each value cut to RefBytes, TagTruncated,
+// SendCopy sends m raw (body, metadata, tags plus extra, no receive
+// policy) to channel; like SendRetry it does not settle m. It is the
+// unprocessable-queue and dead-letter path, so it works for any message
+// that could be received: one over Config.MaxMessageBytes (body, metadata
+// and tags together), or one the broker refuses for its size, is sent by
+// reference instead: the first RefBytes of its body and metadata, its tags
+// and extra with each value cut to RefBytes, TagTruncated,
 // TagOriginalBytes and TagOriginalMetadataBytes. Safe for concurrent use.
-func (s *Sender) Forward(ctx context.Context, m *Message, channel string, extra map[string]string) error {
+func (s *Sender) SendCopy(ctx context.Context, m *Message, channel string, extra map[string]string) error {
 	out := m.Out(channel, extra)
 	out.MaxReceiveCount, out.MaxReceiveQueue = 0, ""
 	byRef := out.size() > s.c.cfg.MaxMessageBytes
@@ -373,21 +372,21 @@ func (s *Sender) Forward(ctx context.Context, m *Message, channel string, extra 
 	if err != nil {
 		return fmt.Errorf("mq: forward %s to %s: %w", m.ID, channel, err)
 	}
-	return m.Ack()
+	return nil
 }
 
-// DeadLetter forwards m to dlq with the tags TagError (reason), TagAttempts
-// and TagOrigin (m's channel), then Acks m, like Forward (by reference when
-// m is too large to send again).
-func (s *Sender) DeadLetter(ctx context.Context, m *Message, dlq, reason string, attempts int) error {
-	return s.Forward(ctx, m, dlq, map[string]string{
+// SendDeadLetter sends a copy of m to dlq with the tags TagError (reason),
+// TagAttempts and TagOrigin (m's channel), like SendCopy (by reference when
+// m is too large to send again; m is not settled).
+func (s *Sender) SendDeadLetter(ctx context.Context, m *Message, dlq, reason string, attempts int) error {
+	return s.SendCopy(ctx, m, dlq, map[string]string{
 		TagError:    reason,
 		TagAttempts: strconv.Itoa(attempts),
 		TagOrigin:   m.Channel,
 	})
 }
 
-// reference is the copy of m that Forward sends when m itself is too large:
+// reference is the copy of m that SendCopy sends when m itself is too large:
 // the first RefBytes of body and metadata, m's tags and extra with keys
 // longer than RefBytes dropped and values cut to RefBytes, and the tags
 // that say so. When even that is over limit (thousands of tags), only

@@ -45,7 +45,7 @@ func TestPollerAroundStrandedMessages(t *testing.T) {
 			}
 			p, err := c.NewPoller(PollerConfig{
 				Channel: ch, MaxItems: 4, PollWait: 200 * time.Millisecond,
-				Deliver: func(ctx context.Context, batch []*Message) (int, error) {
+				Deliver: func(ctx context.Context, batch []*Message) error {
 					for _, m := range batch {
 						mu.Lock()
 						seen[string(m.Body)]++
@@ -58,7 +58,7 @@ func TestPollerAroundStrandedMessages(t *testing.T) {
 						}
 						_ = m.Ack()
 					}
-					return len(batch), nil
+					return nil
 				},
 			})
 			if err != nil {

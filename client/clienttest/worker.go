@@ -123,7 +123,7 @@ func StartWorker(t testing.TB, cfg Config) *Worker {
 	w.cancel = cancel
 	p, err := conn.NewPoller(mq.PollerConfig{
 		Channel: cfg.Queue, MaxItems: 64, DrainTimeout: 5 * time.Second,
-		Deliver: func(ctx context.Context, batch []*mq.Message) (int, error) {
+		Deliver: func(ctx context.Context, batch []*mq.Message) error {
 			var wg sync.WaitGroup
 			for _, m := range batch {
 				wg.Add(1)
@@ -134,10 +134,13 @@ func StartWorker(t testing.TB, cfg Config) *Worker {
 			}
 			wg.Wait()
 			if err := ctx.Err(); err != nil {
-				return 0, err // none runs now: the unsettled ones go back to the queue
+				// None runs now: the unsettled ones go back to the queue.
+				for _, m := range batch {
+					_ = m.GiveBack()
+				}
+				return err
 			}
-			return len(batch), nil
-
+			return nil
 		},
 	})
 	if err != nil {
