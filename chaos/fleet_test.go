@@ -149,7 +149,7 @@ func fleet(t *testing.T, name string) {
 }
 
 // crashPublished is the log line of a restarted replica whose journal
-// held tasks that were running at the kill (consumer fleetCrashes.publish):
+// held tasks that were running at the kill (crash Fleet.publish):
 // the kills that reached the fleet's crash budget.
 const crashPublished = "crash report published"
 

@@ -26,6 +26,6 @@
 // applies backpressure instead of blocking the others. The failure rules are
 // those of DESIGN.md section 4: a message is acked only after its terminal
 // record is stored; retries back off through a delayed resend; permanent
-// failures are not retried; a crash counts as an attempt (see Journal); a
+// failures are not retried; a crash counts as an attempt (package crash); a
 // task past its deadline is not run.
 package consumer

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/inferq/inferq/consumer"
+	"github.com/inferq/inferq/crash"
 	"github.com/inferq/inferq/mq"
 	"github.com/inferq/inferq/task"
 )
@@ -15,13 +16,13 @@ import (
 // harness queue's crash channel, as another replica would.
 func publishCrashes(t *testing.T, h *harness, journal, id string, n int) {
 	t.Helper()
-	r := consumer.CrashReport{V: 1, Journal: journal, Incarnation: strings.Repeat("9", 32), Reporter: "other-replica",
-		Crashes: []consumer.CrashCount{{Token: consumer.JournalToken(id), N: n}}}
+	r := crash.Report{V: 1, Journal: journal, Incarnation: strings.Repeat("9", 32), Reporter: "other-replica",
+		Crashes: []crash.Count{{Token: crash.Token(id), N: n}}}
 	body, err := r.Encode()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := h.prod.SendEventStore(context.Background(), h.q+consumer.CrashChannelSuffix, body, nil); err != nil {
+	if err := h.prod.SendEventStore(context.Background(), h.q+crash.ChannelSuffix, body, nil); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -42,8 +43,8 @@ func TestFleetCrashReportsSpendTheBudget(t *testing.T) {
 	h := newHarness(t, func(c *harnessConfig) {
 		c.model.Retries.MaxRetries = 2
 		c.configure = func(cc *consumer.Config) {
-			cc.CrashEvents = cc.Broker.(*mq.Conn)
-			cc.CrashHold = hold
+			cc.Crash.Events = cc.Broker.(*mq.Conn)
+			cc.Crash.Hold = hold
 		}
 	})
 	publishCrashes(t, h, strings.Repeat("b", 32), "spent-1", 2)

@@ -160,9 +160,9 @@ func (s *Server) take(ctx context.Context, d *delivery) {
 		s.write <- j
 		return
 	}
-	if j.crashes > 0 && s.fleet.holdFor() > 0 {
+	if j.crashes > 0 && s.fleet.HoldFor() > 0 {
 		s.log.Info("task that crashed a worker held before it runs again", "task_id", t.ID, "msg", j.msg,
-			"crashes", j.crashes, "hold", s.fleet.holdFor())
+			"crashes", j.crashes, "hold", s.fleet.HoldFor())
 		s.holds.Add(1)
 		go s.holdThenRun(ctx, j)
 		return
@@ -173,7 +173,7 @@ func (s *Server) take(ctx context.Context, d *delivery) {
 // countCrashes sets j's crash count (this process's journal's, or the
 // fleet's) and its attempt number.
 func (s *Server) countCrashes(j *job) {
-	j.crashes = s.fleet.crashes(j.msg.ID, s.journal.Crashes(j.msg.ID))
+	j.crashes = s.fleet.Crashes(j.msg.ID, s.journal.Crashes(j.msg.ID))
 	j.attempt = attempt(j.adm.task, j.msg, j.crashes)
 }
 
@@ -188,12 +188,12 @@ func (s *Server) spent(j *job) bool {
 }
 
 // holdThenRun runs a job with crashes after the crash hold
-// (Config.CrashHold), counting its crashes again first: the replica that
+// (Config.Crash.Hold), counting its crashes again first: the replica that
 // died running it last has had the hold to restart and report. A stop
 // (Run's ctx) during the hold gives the message back uncounted.
 func (s *Server) holdThenRun(ctx context.Context, j *job) {
 	defer s.holds.Done()
-	t := time.NewTimer(s.fleet.holdFor())
+	t := time.NewTimer(s.fleet.HoldFor())
 	defer t.Stop()
 	select {
 	case <-t.C:

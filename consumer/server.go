@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/inferq/inferq/batch"
+	"github.com/inferq/inferq/crash"
 	"github.com/inferq/inferq/logclip"
 	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/mq"
@@ -76,24 +77,14 @@ type Config struct {
 	Store  Store
 	Models []Model
 	// Journal counts crash attempts; nil keeps a memory-only one.
-	Journal *Journal
-	// CrashEvents, when set, shares crash counts with the other
-	// replicas of each queue (fleetCrashes): crash reports on the Events
-	// Store channel <queue>.crashes. nil: this process's journal alone
-	// counts.
-	CrashEvents CrashEvents
-	// CrashHold is how long a message with fleet crash reports waits
-	// before it runs again, so that the replica that died running it last
-	// has time to restart and report (default DefaultCrashHold; negative:
-	// no wait). Only with CrashEvents.
-	CrashHold time.Duration
-	// CrashWindow is how long a crash report counts after it was
-	// published: at most the broker's events store retention (default 1
-	// h). CrashTableMax caps the messages with counts (default 10000).
-	CrashWindow   time.Duration
-	CrashTableMax int
-	Metrics       *Metrics
-	Logger        *slog.Logger
+	Journal *crash.Journal
+	// Crash shares crash counts with the other replicas of each queue
+	// (crash.Fleet) when its Events is set; nil Events: this process's
+	// journal alone counts. Its Reporter, Now and Logger default to
+	// Worker, Now and Logger.
+	Crash   crash.FleetConfig
+	Metrics *Metrics
+	Logger  *slog.Logger
 	// Worker names this process in result records (host name by default
 	// in cmd).
 	Worker string
@@ -203,6 +194,22 @@ func (c *Config) setDefaults() {
 	}
 }
 
+// fleetConfig is Crash, its Reporter, Now and Logger defaulting to
+// Worker, Now and log.
+func (c *Config) fleetConfig(log *slog.Logger) crash.FleetConfig {
+	fc := c.Crash
+	if fc.Reporter == "" {
+		fc.Reporter = c.Worker
+	}
+	if fc.Now == nil {
+		fc.Now = c.Now
+	}
+	if fc.Logger == nil {
+		fc.Logger = log
+	}
+	return fc
+}
+
 // Validate reports what is missing.
 func (c *Config) Validate() error {
 	switch {
@@ -310,8 +317,8 @@ type Server struct {
 	log     *slog.Logger
 	met     *Metrics
 	sender  resender
-	journal *Journal
-	fleet   *fleetCrashes // nil: crash counts are not shared
+	journal *crash.Journal
+	fleet   *crash.Fleet // nil: crash counts are not shared
 	// memberID is this replica's id among a sharded queue's members
 	// (memberID).
 	memberID string
@@ -350,7 +357,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("consumer: no metrics")
 	}
 	if s.journal == nil {
-		s.journal, _ = OpenJournal("")
+		s.journal, _ = crash.OpenJournal("")
 	}
 	s.memberID = memberID(s.journal)
 	s.pub = newPublisher(cfg.Broker, cfg.ProgressBuffer, s.met.ProgressDrops.Inc, s.log)
@@ -392,7 +399,7 @@ func New(cfg Config) (*Server, error) {
 	for i, q := range s.queues {
 		names[i] = q.name
 	}
-	s.fleet = newFleetCrashes(s.cfg, s.journal, names, s.log)
+	s.fleet = crash.NewFleet(s.cfg.fleetConfig(s.log), s.journal, names)
 	s.stopping = make(chan struct{})
 	s.intake = make(chan *delivery, s.cfg.MaxInFlight)
 	s.write = make(chan *job, s.cfg.MaxInFlight)
@@ -548,7 +555,8 @@ func (s *Server) Run(ctx context.Context) error {
 	go func() { defer stages.Done(); s.pub.run(work) }()
 	go func() { defer stages.Done(); s.sampleDepth(ctx) }()
 	var fleet sync.WaitGroup
-	s.fleet.run(work, &fleet)
+	fleet.Add(1)
+	go func() { defer fleet.Done(); s.fleet.Run(work) }()
 	var intakeWG, writeWG sync.WaitGroup
 	for range s.cfg.IntakeWorkers {
 		intakeWG.Add(1)

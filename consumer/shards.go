@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/inferq/inferq/crash"
 	"github.com/inferq/inferq/mq"
 	"github.com/inferq/inferq/shard"
 )
@@ -32,7 +33,7 @@ type channel struct {
 // restarted on its volume takes its own shards back instead of making the
 // others split them twice (once at its return, again when its old id
 // expires). Without a data dir the journal's id is new per process.
-func memberID(j *Journal) string { return "inferq-" + j.ID() }
+func memberID(j *crash.Journal) string { return "inferq-" + j.ID() }
 
 // runChannel runs a poller of q's channel ch until ctx ends and it has
 // drained; its error goes to the server's. The caller counts the run in

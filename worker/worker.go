@@ -13,6 +13,7 @@ import (
 
 	"github.com/inferq/inferq/batch"
 	"github.com/inferq/inferq/consumer"
+	"github.com/inferq/inferq/crash"
 	"github.com/inferq/inferq/datadir"
 	"github.com/inferq/inferq/logclip"
 	"github.com/inferq/inferq/models"
@@ -93,7 +94,7 @@ type Config struct {
 	Repository consumer.ModelRepository
 	// LocalCrashCounts keeps crash counts to this process's journal: no
 	// crash reports are shared with the queue's other replicas
-	// (consumer.Config.CrashEvents stays nil).
+	// (consumer.Config.Crash.Events stays nil).
 	LocalCrashCounts bool
 }
 
@@ -104,7 +105,7 @@ type Worker struct {
 	log     *slog.Logger
 	conn    *mq.Conn
 	store   *results.Store
-	journal *consumer.Journal
+	journal *crash.Journal
 	dirLock *datadir.Lock
 	srv     *consumer.Server
 	lis     net.Listener
@@ -262,7 +263,7 @@ func (w *Worker) openJournal(context.Context) error {
 	if w.cfg.DataDir != "" {
 		dir = filepath.Join(w.cfg.DataDir, "journal")
 	}
-	j, err := consumer.NewJournal(consumer.JournalConfig{Dir: dir, Logger: w.log.With("component", "journal")})
+	j, err := crash.NewJournal(crash.JournalConfig{Dir: dir, Logger: w.log.With("component", "journal")})
 	if err != nil {
 		return err
 	}
@@ -273,8 +274,8 @@ func (w *Worker) openJournal(context.Context) error {
 func (w *Worker) newConsumer(context.Context) error {
 	cc := w.cfg.Consumer
 	cc.Broker, cc.Store, cc.Models, cc.Journal = w.conn, w.store, w.cfg.Models, w.journal
-	if cc.CrashEvents == nil && !w.cfg.LocalCrashCounts {
-		cc.CrashEvents = w.conn // the fleet's crash budget (consumer.fleetCrashes)
+	if cc.Crash.Events == nil && !w.cfg.LocalCrashCounts {
+		cc.Crash.Events = w.conn // the fleet's crash budget (crash.Fleet)
 	}
 	if cc.ShardEvents == nil && cc.QueueShards > 1 {
 		cc.ShardEvents = w.conn // the replicas of a sharded queue (package shard)

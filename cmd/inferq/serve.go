@@ -15,6 +15,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/inferq/inferq/broker"
 	"github.com/inferq/inferq/consumer"
+	"github.com/inferq/inferq/crash"
 	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/worker"
@@ -101,7 +102,7 @@ func runServe(ctx context.Context, a *app, args []string) error {
 	fs.StringVar(&f.queryGroup, "query-group", consumer.DefaultQueryGroup, "KubeMQ group of the sync query subscriptions: servers in one group share a queue's queries")
 	fs.IntVar(&f.queueShards, "queue-shards", 1, "spread every queue over this many KubeMQ channels (<queue>, <queue>.shard-1, ...), each polled by one replica at a time: the replicas find each other on the events channel <queue>.members and split the shards; producers that know the count (inferq's client, WithShards) spread tasks over them, the others send to <queue> (shard 0). Several replicas on one channel strand each other's messages on KubeMQ; give every replica the same count, at least the number of replicas")
 	fs.BoolVar(&f.localCrashes, "local-crash-counts", false, "count crashes with this process's journal only: no crash reports on the events store channel <queue>.crashes, so each replica spends max_retries+1 crashes of its own")
-	fs.DurationVar(&f.crashHold, "crash-hold", consumer.DefaultCrashHold, "how long a task that crashed a replica of the fleet waits before it runs again, so that the replica that died has time to restart and report its crash (0: no wait); set it above a replica's restart time")
+	fs.DurationVar(&f.crashHold, "crash-hold", crash.DefaultHold, "how long a task that crashed a replica of the fleet waits before it runs again, so that the replica that died has time to restart and report its crash (0: no wait); set it above a replica's restart time")
 	fs.DurationVar(&f.crashWindow, "crash-window", time.Hour, "how long a fleet crash report counts; at most the broker's events store retention")
 	f.log.register(fs)
 	if err := parse(fs, args); err != nil {
@@ -248,7 +249,7 @@ func (f serveFlags) workerConfig(c *models.Config, loaded worker.Loaded, reg *pr
 		Results: c.Results,
 		Consumer: consumer.Config{Metrics: met, Worker: host, AlertWebhook: f.alertWebhook, AdvertiseURL: c.HTTP.AdvertiseURL,
 			IntakeWorkers: intake, Writers: f.resultWriters, PollMaxItems: f.pollMaxItems, PollFollowWithin: followWithin(f.pollFollow), DrainTimeout: f.shutdownGrace,
-			QueryGroup: f.queryGroup, TracerProvider: tp, CrashHold: crashHold(f.crashHold), CrashWindow: f.crashWindow,
+			QueryGroup: f.queryGroup, TracerProvider: tp, Crash: crash.FleetConfig{Hold: crashHold(f.crashHold), Window: f.crashWindow},
 			QueueShards: f.queueShards},
 		LocalCrashCounts: f.localCrashes,
 		Registry:         reg, HTTP: c.HTTP, GRPC: c.GRPC, Devices: loaded.Devices(), Logger: log,
@@ -256,8 +257,8 @@ func (f serveFlags) workerConfig(c *models.Config, loaded worker.Loaded, reg *pr
 	}
 }
 
-// crashHold is consumer.Config.CrashHold for the flag: its 0 (no wait) is
-// the consumer's negative.
+// crashHold is crash.FleetConfig.Hold for the flag: its 0 (no wait) is
+// the fleet's negative.
 func crashHold(d time.Duration) time.Duration {
 	if d <= 0 {
 		return -1

@@ -1,4 +1,4 @@
-package consumer
+package crash
 
 import (
 	"fmt"
@@ -15,10 +15,10 @@ const (
 	incarn2  = "22222222222222222222222222222222"
 )
 
-func report(journal, incarnation string, counts ...any) CrashReport {
-	r := CrashReport{V: crashReportVersion, Journal: journal, Incarnation: incarnation, Reporter: "host"}
+func report(journal, incarnation string, counts ...any) Report {
+	r := Report{V: reportVersion, Journal: journal, Incarnation: incarnation, Reporter: "host"}
 	for i := 0; i < len(counts); i += 2 {
-		r.Crashes = append(r.Crashes, CrashCount{Token: journalToken(counts[i].(string)), N: counts[i+1].(int)})
+		r.Crashes = append(r.Crashes, Count{Token: Token(counts[i].(string)), N: counts[i+1].(int)})
 	}
 	return r
 }
@@ -26,10 +26,10 @@ func report(journal, incarnation string, counts ...any) CrashReport {
 // The fleet's count of a message is the sum over journals of the largest
 // count each reported, plus this process's journal where it knows more
 // than its reports say.
-func TestCrashTableCounts(t *testing.T) {
+func TestTableCounts(t *testing.T) {
 	t0 := time.Date(2026, 12, 2, 5, 0, 0, 0, time.UTC)
 	type add struct {
-		r  CrashReport
+		r  Report
 		at time.Duration // after t0
 	}
 	tests := []struct {
@@ -52,32 +52,32 @@ func TestCrashTableCounts(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tab := newCrashTable(time.Hour, 100)
+			tab := newTable(time.Hour, 100)
 			now := t0.Add(2 * time.Second)
 			for _, a := range tt.adds {
 				tab.add(a.r, t0.Add(a.at), now)
 			}
-			if got := tab.crashes(journalToken("m"), tt.self, tt.local, now); got != tt.want {
+			if got := tab.crashes(Token("m"), tt.self, tt.local, now); got != tt.want {
 				t.Errorf("crashes = %d, want %d", got, tt.want)
 			}
 		})
 	}
 }
 
-func TestCrashTableExpiry(t *testing.T) {
+func TestTableExpiry(t *testing.T) {
 	t0 := time.Date(2026, 12, 2, 5, 0, 0, 0, time.UTC)
-	tab := newCrashTable(time.Hour, 100)
+	tab := newTable(time.Hour, 100)
 	tab.add(report(journalB, incarn1, "old", 1), t0, t0)
 	tab.add(report(journalB, incarn1, "new", 1), t0.Add(30*time.Minute), t0.Add(30*time.Minute))
 	now := t0.Add(61 * time.Minute)
-	if got := tab.crashes(journalToken("old"), journalA, 0, now); got != 0 {
+	if got := tab.crashes(Token("old"), journalA, 0, now); got != 0 {
 		t.Errorf("expired count read as %d", got)
 	}
 	tab.expire(now)
 	if tab.len() != 1 {
 		t.Errorf("after expire %d entries, want 1 (new)", tab.len())
 	}
-	if got := tab.crashes(journalToken("new"), journalA, 0, now); got != 1 {
+	if got := tab.crashes(Token("new"), journalA, 0, now); got != 1 {
 		t.Errorf("live count read as %d, want 1", got)
 	}
 	if !tab.peers(journalA, now) {
@@ -93,9 +93,9 @@ func TestCrashTableExpiry(t *testing.T) {
 
 // The table never holds more than its cap: the least recently reported
 // messages go first, and a message counts at most maxJournals journals.
-func TestCrashTableCap(t *testing.T) {
+func TestTableCap(t *testing.T) {
 	t0 := time.Date(2026, 12, 2, 5, 0, 0, 0, time.UTC)
-	tab := newCrashTable(time.Hour, 20)
+	tab := newTable(time.Hour, 20)
 	for i := range 50 {
 		at := t0.Add(time.Duration(i) * time.Second)
 		tab.add(report(journalB, incarn1, fmt.Sprintf("m%d", i), 1), at, at)
@@ -104,30 +104,30 @@ func TestCrashTableCap(t *testing.T) {
 		}
 	}
 	now := t0.Add(50 * time.Second)
-	if got := tab.crashes(journalToken("m49"), journalA, 0, now); got != 1 {
+	if got := tab.crashes(Token("m49"), journalA, 0, now); got != 1 {
 		t.Errorf("the newest entry was dropped")
 	}
-	if got := tab.crashes(journalToken("m0"), journalA, 0, now); got != 0 {
+	if got := tab.crashes(Token("m0"), journalA, 0, now); got != 0 {
 		t.Errorf("the oldest entry was kept")
 	}
 
-	tab = newCrashTable(time.Hour, 20)
-	for i := range defaultCrashJournalsMax + 10 {
+	tab = newTable(time.Hour, 20)
+	for i := range defaultJournalsMax + 10 {
 		j := fmt.Sprintf("%032x", i+1)
 		tab.add(report(j, incarn1, "m", 1), t0, t0)
 	}
-	if got := tab.crashes(journalToken("m"), journalA, 0, t0); got != defaultCrashJournalsMax {
-		t.Errorf("count %d from %d journals, want the cap %d", got, defaultCrashJournalsMax+10, defaultCrashJournalsMax)
+	if got := tab.crashes(Token("m"), journalA, 0, t0); got != defaultJournalsMax {
+		t.Errorf("count %d from %d journals, want the cap %d", got, defaultJournalsMax+10, defaultJournalsMax)
 	}
 }
 
-func TestCrashReportRoundTrip(t *testing.T) {
+func TestReportRoundTrip(t *testing.T) {
 	counts := map[string]int{}
-	for i := range crashReportMaxEntries + 5 {
-		counts[journalToken(fmt.Sprintf("id-%d\n%s", i, strings.Repeat("x", i)))] = i%3 + 1
+	for i := range reportMaxEntries + 5 {
+		counts[Token(fmt.Sprintf("id-%d\n%s", i, strings.Repeat("x", i)))] = i%3 + 1
 	}
-	counts[journalToken(strings.Repeat("L", 2000))] = crashReportMaxCount + 7
-	rs := crashReports(journalA, incarn1, strings.Repeat("h", 300)+"\xff", counts)
+	counts[Token(strings.Repeat("L", 2000))] = reportMaxCount + 7
+	rs := splitReports(journalA, incarn1, strings.Repeat("h", 300)+"\xff", counts)
 	if len(rs) != 2 {
 		t.Fatalf("%d reports, want 2", len(rs))
 	}
@@ -137,7 +137,7 @@ func TestCrashReportRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		d, err := DecodeCrashReport(body)
+		d, err := DecodeReport(body)
 		if err != nil {
 			t.Fatalf("decode own report: %v", err)
 		}
@@ -146,18 +146,18 @@ func TestCrashReportRoundTrip(t *testing.T) {
 		}
 	}
 	for tok, n := range counts {
-		if want := min(n, crashReportMaxCount); got[tok] != want {
+		if want := min(n, reportMaxCount); got[tok] != want {
 			t.Errorf("%.30s: %d, want %d", tok, got[tok], want)
 		}
 	}
-	if hb := crashReports(journalA, incarn1, "h", nil); len(hb) != 1 || len(hb[0].Crashes) != 0 {
+	if hb := splitReports(journalA, incarn1, "h", nil); len(hb) != 1 || len(hb[0].Crashes) != 0 {
 		t.Errorf("no counts: %+v, want one heartbeat report", hb)
 	}
 }
 
-func TestDecodeCrashReportRefuses(t *testing.T) {
+func TestDecodeReportRefuses(t *testing.T) {
 	ok := `{"v":1,"journal":"` + journalA + `","incarnation":"` + incarn1 + `","reporter":"h","crashes":[{"token":"\"m\"","n":1}]}`
-	if _, err := DecodeCrashReport([]byte(ok)); err != nil {
+	if _, err := DecodeReport([]byte(ok)); err != nil {
 		t.Fatalf("valid report refused: %v", err)
 	}
 	bad := map[string]string{
@@ -178,15 +178,15 @@ func TestDecodeCrashReportRefuses(t *testing.T) {
 		"token twice":       strings.Replace(ok, `{"token":"\"m\"","n":1}`, `{"token":"\"m\"","n":1},{"token":"\"m\"","n":2}`, 1),
 		"bad hash token":    strings.Replace(ok, `"\"m\""`, `"sha256:zz"`, 1),
 		"long reporter":     strings.Replace(ok, `"reporter":"h"`, `"reporter":"`+strings.Repeat("h", 300)+`"`, 1),
-		"over size":         ok + strings.Repeat(" ", crashReportMaxBytes),
+		"over size":         ok + strings.Repeat(" ", reportMaxBytes),
 	}
-	many := make([]string, crashReportMaxEntries+1)
+	many := make([]string, reportMaxEntries+1)
 	for i := range many {
 		many[i] = fmt.Sprintf(`{"token":"\"m%d\"","n":1}`, i)
 	}
 	bad["too many counts"] = strings.Replace(ok, `{"token":"\"m\"","n":1}`, strings.Join(many, ","), 1)
 	for name, body := range bad {
-		if r, err := DecodeCrashReport([]byte(body)); err == nil {
+		if r, err := DecodeReport([]byte(body)); err == nil {
 			t.Errorf("%s: accepted as %+v", name, r)
 		}
 	}
@@ -195,15 +195,15 @@ func TestDecodeCrashReportRefuses(t *testing.T) {
 // Whatever a producer writes on a crash channel, the decoder either
 // refuses it or returns a report that passes every check and encodes back
 // to one it accepts again.
-func FuzzDecodeCrashReport(f *testing.F) {
-	for _, r := range []CrashReport{report(journalA, incarn1, "m", 1, "n\nx", 3), report(journalB, incarn2)} {
+func FuzzDecodeReport(f *testing.F) {
+	for _, r := range []Report{report(journalA, incarn1, "m", 1, "n\nx", 3), report(journalB, incarn2)} {
 		b, _ := r.Encode()
 		f.Add(b)
 	}
 	f.Add([]byte(`{"v":1,"crashes":[{"token":"sha256:` + strings.Repeat("0", 64) + `","n":1}]}`))
 	f.Add([]byte(`{"v":1,"journal":null}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		r, err := DecodeCrashReport(body)
+		r, err := DecodeReport(body)
 		if err != nil {
 			return
 		}
@@ -214,10 +214,10 @@ func FuzzDecodeCrashReport(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := DecodeCrashReport(b); err != nil {
+		if _, err := DecodeReport(b); err != nil {
 			t.Fatalf("re-encoded report refused: %v", err)
 		}
-		tab := newCrashTable(time.Hour, 10)
+		tab := newTable(time.Hour, 10)
 		now := time.Now()
 		tab.add(r, now, now)
 		if tab.len() > 10 {

@@ -1,4 +1,4 @@
-package consumer
+package crash
 
 import (
 	"context"
@@ -37,7 +37,7 @@ func TestJournalIDAndRecovered(t *testing.T) {
 		t.Fatal(err)
 	}
 	j3 := crashAndReopen(t, j2, dir)
-	if got := j3.Recovered(); len(got) != 1 || got[journalToken("poison")] != 2 {
+	if got := j3.Recovered(); len(got) != 1 || got[Token("poison")] != 2 {
 		t.Errorf("recovered %v, want poison: 2", got)
 	}
 	if j3.ID() != id {
@@ -66,47 +66,6 @@ func TestJournalIDLineDamaged(t *testing.T) {
 	if j.Crashes("m") != 1 {
 		t.Errorf("crashes %d, want 1", j.Crashes("m"))
 	}
-}
-
-func msgs(seqs ...uint64) []*mq.Message {
-	out := make([]*mq.Message, len(seqs))
-	for i, s := range seqs {
-		out[i] = &mq.Message{Sequence: s, ReceiveCount: 1}
-	}
-	return out
-}
-
-// A message whose sequence is below one already received came back from
-// another consumer; batches in order are never taken for that, nor is a
-// NAcked retry.
-func TestChannelReturnedTo(t *testing.T) {
-	q := &channel{name: "q"}
-	if got := q.returnedTo(msgs(5, 6, 7)); strings.Contains(fmtBools(got), "1") {
-		t.Errorf("first batch: %s", fmtBools(got))
-	}
-	if got := q.returnedTo(msgs(8, 9)); fmtBools(got) != "00" {
-		t.Errorf("next batch in order: %s", fmtBools(got))
-	}
-	b := msgs(3, 10, 4)
-	nacked := &mq.Message{Sequence: 2, ReceiveCount: 2}
-	if got := q.returnedTo(append(b, nacked)); fmtBools(got) != "1010" {
-		t.Errorf("returned 3 and 4 among new 10, a NAcked 2: %s, want 1010", fmtBools(got))
-	}
-	if q.seen.Load() != 10 {
-		t.Errorf("seen %d, want 10", q.seen.Load())
-	}
-}
-
-func fmtBools(bs []bool) string {
-	var b strings.Builder
-	for _, v := range bs {
-		if v {
-			b.WriteByte('1')
-		} else {
-			b.WriteByte('0')
-		}
-	}
-	return b.String()
 }
 
 // fakeEvents is an events store: one log per channel, subscribers get
@@ -152,7 +111,7 @@ func (f *fakeEvents) setDown(down bool) { f.mu.Lock(); f.down = down; f.mu.Unloc
 // crash channel (retrying while the events store is away, without holding
 // anything up), reads every replica's reports, refuses a forged one, and
 // holds a crashed message only once another replica is heard of.
-func TestFleetCrashesPublishAndRead(t *testing.T) {
+func TestFleetPublishAndRead(t *testing.T) {
 	dir := t.TempDir()
 	j := openTestJournal(t, dir)
 	if err := j.Start("poison"); err != nil {
@@ -161,25 +120,26 @@ func TestFleetCrashesPublishAndRead(t *testing.T) {
 	j = crashAndReopen(t, j, dir)
 	ev := &fakeEvents{sent: map[string][][]byte{}, subs: map[string]chan mq.Event{}}
 	ev.setDown(true)
-	f := newFleetCrashes(Config{CrashEvents: ev, Worker: "replica-a", Now: time.Now}, j, []string{"tasks.mlp", strings.Repeat("x", 250)}, discard())
+	f := NewFleet(FleetConfig{Events: ev, Reporter: "replica-a", Now: time.Now, Logger: discard()}, j, []string{"tasks.mlp", strings.Repeat("x", 250)})
 	if f == nil || len(f.channels) != 1 || f.channels[0] != "tasks.mlp.crashes" {
 		t.Fatalf("channels %v, want tasks.mlp.crashes alone (the other name is too long)", f.channels)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	f.run(ctx, &wg)
-	if got := f.crashes("poison", j.Crashes("poison")); got != 1 {
+	wg.Add(1)
+	go func() { defer wg.Done(); f.Run(ctx) }()
+	if got := f.Crashes("poison", j.Crashes("poison")); got != 1 {
 		t.Errorf("with the events store away: %d, want the journal's 1", got)
 	}
-	if f.holdFor() != DefaultCrashHold {
+	if f.HoldFor() != DefaultHold {
 		t.Error("does not hold before it has read the channel up to its own report")
 	}
 	ev.setDown(false)
 	deadline := time.Now().Add(10 * time.Second)
-	for f.holdFor() != 0 && time.Now().Before(deadline) {
+	for f.HoldFor() != 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if f.holdFor() != 0 {
+	if f.HoldFor() != 0 {
 		t.Error("holds with no other replica heard of, own report read back")
 	}
 	other := report(journalB, incarn1, "poison", 2)
@@ -188,21 +148,21 @@ func TestFleetCrashesPublishAndRead(t *testing.T) {
 	_ = ev.SendEventStore(ctx, "tasks.mlp.crashes", body, nil) // delivered twice
 	_ = ev.SendEventStore(ctx, "tasks.mlp.crashes", []byte(`{"v":1,"journal":"`+journalC+`","crashes":[{"token":"\"poison\"","n":1000}]}`), nil)
 	deadline = time.Now().Add(10 * time.Second)
-	for (f.crashes("poison", 1) != 3 || len(ev.sentOn("tasks.mlp.crashes")) < 4) && time.Now().Before(deadline) {
+	for (f.Crashes("poison", 1) != 3 || len(ev.sentOn("tasks.mlp.crashes")) < 4) && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if got := f.crashes("poison", 1); got != 3 {
+	if got := f.Crashes("poison", 1); got != 3 {
 		t.Errorf("fleet count %d, want 3 (own 1 + B's 2; the forged report refused)", got)
 	}
 	own := ev.sentOn("tasks.mlp.crashes")
 	if len(own) != 4 {
 		t.Fatalf("%d events on the channel, want 4", len(own))
 	}
-	if r, err := DecodeCrashReport(own[0]); err != nil || r.Journal != j.ID() || len(r.Crashes) != 1 || r.Crashes[0].N != 1 || r.Reporter != "replica-a" {
+	if r, err := DecodeReport(own[0]); err != nil || r.Journal != j.ID() || len(r.Crashes) != 1 || r.Crashes[0].N != 1 || r.Reporter != "replica-a" {
 		t.Errorf("own report %+v, %v", r, err)
 	}
-	if f.holdFor() != DefaultCrashHold {
-		t.Errorf("hold %v with a peer, want %v", f.holdFor(), DefaultCrashHold)
+	if f.HoldFor() != DefaultHold {
+		t.Errorf("hold %v with a peer, want %v", f.HoldFor(), DefaultHold)
 	}
 	cancel()
 	wg.Wait()

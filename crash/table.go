@@ -1,4 +1,4 @@
-package consumer
+package crash
 
 import (
 	"cmp"
@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// crashTable is the fleet's crash counts as the crash reports tell them:
+// table is the fleet's crash counts as the crash reports tell them:
 // per message (journal token), the largest count each journal reported.
 // Counts of one journal are cumulative (Journal.Recovered), so keeping the
 // largest makes a duplicate delivery, a replay of the channel or a report
@@ -21,44 +21,44 @@ import (
 // ones reported least recently go first.
 //
 // Safe for concurrent use.
-type crashTable struct {
+type table struct {
 	mu          sync.Mutex
 	window      time.Duration
 	maxEntries  int
 	maxJournals int
-	byToken     map[string]*crashEntry
+	byToken     map[string]*entry
 	// journals are the journals heard from (any report, counts or
 	// none) and when last, at most maxPeers.
 	journals map[string]time.Time
 }
 
-type crashEntry struct {
+type entry struct {
 	counts map[string]int // journal id -> largest count reported
 	last   time.Time      // time of the last report that counted
 }
 
 const (
-	defaultCrashWindow      = time.Hour
-	defaultCrashTableMax    = 10_000
-	defaultCrashJournalsMax = 64
-	maxPeers                = 1024
+	defaultWindow      = time.Hour
+	defaultTableMax    = 10_000
+	defaultJournalsMax = 64
+	maxPeers           = 1024
 )
 
-func newCrashTable(window time.Duration, maxEntries int) *crashTable {
+func newTable(window time.Duration, maxEntries int) *table {
 	if window <= 0 {
-		window = defaultCrashWindow
+		window = defaultWindow
 	}
 	if maxEntries <= 0 {
-		maxEntries = defaultCrashTableMax
+		maxEntries = defaultTableMax
 	}
-	return &crashTable{window: window, maxEntries: maxEntries, maxJournals: defaultCrashJournalsMax, byToken: map[string]*crashEntry{},
+	return &table{window: window, maxEntries: maxEntries, maxJournals: defaultJournalsMax, byToken: map[string]*entry{},
 		journals: map[string]time.Time{}}
 }
 
 // add applies a report published at time at (its event's timestamp) and
 // reports how many counts grew. A report older than the window is
 // ignored.
-func (t *crashTable) add(r CrashReport, at, now time.Time) int {
+func (t *table) add(r Report, at, now time.Time) int {
 	if now.Sub(at) > t.window {
 		return 0
 	}
@@ -69,7 +69,7 @@ func (t *crashTable) add(r CrashReport, at, now time.Time) int {
 	for _, c := range r.Crashes {
 		e := t.byToken[c.Token]
 		if e == nil {
-			e = &crashEntry{counts: map[string]int{}}
+			e = &entry{counts: map[string]int{}}
 			t.byToken[c.Token] = e
 		}
 		old, had := e.counts[r.Journal]
@@ -89,7 +89,7 @@ func (t *crashTable) add(r CrashReport, at, now time.Time) int {
 }
 
 // sawLocked records that journal reported at time at.
-func (t *crashTable) sawLocked(journal string, at, now time.Time) {
+func (t *table) sawLocked(journal string, at, now time.Time) {
 	if _, ok := t.journals[journal]; !ok && len(t.journals) >= maxPeers {
 		for j, last := range t.journals {
 			if now.Sub(last) > t.window {
@@ -107,7 +107,7 @@ func (t *crashTable) sawLocked(journal string, at, now time.Time) {
 
 // peers reports whether a journal other than self reported within the
 // window: whether this process has company on the queue.
-func (t *crashTable) peers(self string, now time.Time) bool {
+func (t *table) peers(self string, now time.Time) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for j, last := range t.journals {
@@ -122,7 +122,7 @@ func (t *crashTable) peers(self string, now time.Time) bool {
 // counts plus the larger of self's reported count and local, what self's
 // journal holds now (its own report may not have reached the broker).
 // Without a report it is local.
-func (t *crashTable) crashes(token, self string, local int, now time.Time) int {
+func (t *table) crashes(token, self string, local int, now time.Time) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	e := t.byToken[token]
@@ -141,13 +141,13 @@ func (t *crashTable) crashes(token, self string, local int, now time.Time) int {
 }
 
 // expire drops the entries whose last report is older than the window.
-func (t *crashTable) expire(now time.Time) {
+func (t *table) expire(now time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.expireLocked(now)
 }
 
-func (t *crashTable) expireLocked(now time.Time) {
+func (t *table) expireLocked(now time.Time) {
 	for tok, e := range t.byToken {
 		if now.Sub(e.last) > t.window {
 			delete(t.byToken, tok)
@@ -163,7 +163,7 @@ func (t *crashTable) expireLocked(now time.Time) {
 // trimLocked keeps at most maxEntries entries: the expired go first, then
 // the least recently reported (a tenth more than needed, so that a full
 // table trims once per many reports, not at each).
-func (t *crashTable) trimLocked(now time.Time) {
+func (t *table) trimLocked(now time.Time) {
 	if len(t.byToken) <= t.maxEntries {
 		return
 	}
@@ -186,7 +186,7 @@ func (t *crashTable) trimLocked(now time.Time) {
 }
 
 // len is the number of messages with counts.
-func (t *crashTable) len() int {
+func (t *table) len() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return len(t.byToken)

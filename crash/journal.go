@@ -1,4 +1,4 @@
-package consumer
+package crash
 
 import (
 	"bufio"
@@ -62,7 +62,7 @@ type carried struct {
 }
 
 // The file: a header line, then one line per record, each id written as a
-// token (journalToken):
+// token (Token):
 //
 //	# inferq attempt journal 2 <generation>
 //	J <id>                             the journal's id (written by rewrites)
@@ -130,14 +130,14 @@ func journalHeader(gen uint64) string {
 	return journalMagic + " " + journalVersion + " " + strconv.FormatUint(gen, 10) + "\n"
 }
 
-// journalToken is how an id is written and keyed: quoted with
-// strconv.Quote, which escapes every control byte (newlines included),
-// quote, backslash and invalid UTF-8, so a token is one line, its end is
-// found by strconv.QuotedPrefix whatever spaces the id holds, it reads back
-// to the same bytes, and ordinary ids stay readable to an operator. Ids
-// longer than journalMaxVerbatimID are written as "sha256:<hex>", which no
-// quoted token starts with.
-func journalToken(id string) string {
+// Token is how the journal and crash reports (Count.Token) write and key
+// a message id: quoted with strconv.Quote, which escapes every control
+// byte (newlines included), quote, backslash and invalid UTF-8, so a token
+// is one line, its end is found by strconv.QuotedPrefix whatever spaces
+// the id holds, it reads back to the same bytes, and ordinary ids stay
+// readable to an operator. Ids longer than journalMaxVerbatimID are
+// written as "sha256:<hex>", which no quoted token starts with.
+func Token(id string) string {
 	if len(id) > journalMaxVerbatimID {
 		sum := sha256.Sum256([]byte(id))
 		return journalHashPrefix + hex.EncodeToString(sum[:])
@@ -146,7 +146,7 @@ func journalToken(id string) string {
 }
 
 // parseToken reads the token at the start of s; it accepts only what
-// journalToken writes, so that one id has one token.
+// Token writes, so that one id has one token.
 func parseToken(s string) (tok, rest string, ok bool) {
 	if strings.HasPrefix(s, `"`) {
 		q, err := strconv.QuotedPrefix(s)
@@ -154,7 +154,7 @@ func parseToken(s string) (tok, rest string, ok bool) {
 			return "", "", false
 		}
 		id, err := strconv.Unquote(q)
-		if err != nil || journalToken(id) != q {
+		if err != nil || Token(id) != q {
 			return "", "", false
 		}
 		return q, s[len(q):], true
@@ -201,7 +201,7 @@ func NewJournal(cfg JournalConfig) (*Journal, error) {
 		return j, nil
 	}
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
-		return nil, fmt.Errorf("consumer: journal dir: %w", err)
+		return nil, fmt.Errorf("crash: journal dir: %w", err)
 	}
 	j.path = filepath.Join(cfg.Dir, journalFile)
 	if err := j.load(); err != nil {
@@ -223,7 +223,7 @@ func (j *Journal) load() error {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("consumer: read journal: %w", err)
+		return fmt.Errorf("crash: read journal: %w", err)
 	}
 	defer f.Close()
 	r := bufio.NewReaderSize(f, journalMaxLine)
@@ -232,7 +232,7 @@ func (j *Journal) load() error {
 		return nil // empty, or a first line torn (rewrites are atomic: never ours)
 	}
 	if err != nil {
-		return fmt.Errorf("consumer: read journal %s: %w", j.path, err)
+		return fmt.Errorf("crash: read journal %s: %w", j.path, err)
 	}
 	if !bytes.HasPrefix(first, []byte(journalMagic)) {
 		size := int64(-1)
@@ -245,7 +245,7 @@ func (j *Journal) load() error {
 	}
 	gen, ok := parseHeader(string(first))
 	if !ok {
-		return fmt.Errorf("consumer: attempt journal %s: header %.80q is not format %s (written by another inferq version?); move the file away to start",
+		return fmt.Errorf("crash: attempt journal %s: header %.80q is not format %s (written by another inferq version?); move the file away to start",
 			j.path, first, journalVersion)
 	}
 	started := map[string]int{}
@@ -256,7 +256,7 @@ func (j *Journal) load() error {
 			break
 		}
 		if err != nil {
-			return fmt.Errorf("consumer: read journal %s: %w", j.path, err)
+			return fmt.Errorf("crash: read journal %s: %w", j.path, err)
 		}
 		if long || !j.loadLine(string(line), gen, started) {
 			bad++
@@ -369,17 +369,17 @@ func (j *Journal) rewrite() error {
 	}
 	tmp := j.path + ".tmp"
 	if err := writeSynced(tmp, b.Bytes()); err != nil {
-		return fmt.Errorf("consumer: write journal %s: %w", tmp, err)
+		return fmt.Errorf("crash: write journal %s: %w", tmp, err)
 	}
 	if err := os.Rename(tmp, j.path); err != nil {
-		return fmt.Errorf("consumer: replace journal %s: %w", j.path, err)
+		return fmt.Errorf("crash: replace journal %s: %w", j.path, err)
 	}
 	if err := syncDir(filepath.Dir(j.path)); err != nil {
-		return fmt.Errorf("consumer: sync journal dir: %w", err)
+		return fmt.Errorf("crash: sync journal dir: %w", err)
 	}
 	f, err := os.OpenFile(j.path, os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return fmt.Errorf("consumer: open journal %s: %w", j.path, err)
+		return fmt.Errorf("crash: open journal %s: %w", j.path, err)
 	}
 	if j.f != nil {
 		_ = j.f.Close()
@@ -441,13 +441,13 @@ func syncDir(dir string) error {
 
 // ID is the journal's id: random, kept in the file, so it lives as long
 // as the crash counts it names. A process on a fresh data dir gets a new
-// one. Crash reports (FleetCrashes) are keyed by it: one journal's counts
+// one. Crash reports (Fleet) are keyed by it: one journal's counts
 // are cumulative, so the fleet keeps the largest it saw per journal and
 // message, and a new journal's counts add to an old one's.
 func (j *Journal) ID() string { return j.id }
 
 // Recovered returns the crash counts the journal carried at open, by
-// token (journalToken of the message id): what earlier processes on this
+// token (Token of the message id): what earlier processes on this
 // journal died running, and the next crash report says.
 func (j *Journal) Recovered() map[string]int {
 	j.mu.Lock()
@@ -462,7 +462,7 @@ func (j *Journal) Recovered() map[string]int {
 // Crashes reports how many earlier attempts of message id ended with the
 // process.
 func (j *Journal) Crashes(id string) int {
-	tok := journalToken(id)
+	tok := Token(id)
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return j.crashes[tok].n
@@ -497,7 +497,7 @@ func (j *Journal) Done(ids ...string) {
 func tokens(ids []string) []string {
 	toks := make([]string, len(ids))
 	for i, id := range ids {
-		toks[i] = journalToken(id)
+		toks[i] = Token(id)
 	}
 	return toks
 }
@@ -513,7 +513,7 @@ func (j *Journal) appendLocked(op byte, toks []string) error {
 		j.buf = append(j.buf, '\n')
 	}
 	if _, err := j.f.Write(j.buf); err != nil {
-		return fmt.Errorf("consumer: journal write: %w", err)
+		return fmt.Errorf("crash: journal write: %w", err)
 	}
 	j.size += int64(len(j.buf))
 	if j.size-j.base > max(journalCompactBytes, j.base) {

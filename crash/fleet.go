@@ -1,4 +1,4 @@
-package consumer
+package crash
 
 import (
 	"context"
@@ -10,30 +10,73 @@ import (
 	"github.com/inferq/inferq/mq"
 )
 
-// CrashEvents is the Events Store that carries the fleet's crash reports.
+// Events is the Events Store that carries the fleet's crash reports.
 // *mq.Conn satisfies it (each of its store subscriptions gets a client id
 // of its own, unique per process: KUBEMQ.md trap 15).
-type CrashEvents interface {
+type Events interface {
 	SendEventStore(ctx context.Context, channel string, body []byte, tags map[string]string) error
 	SubscribeEventsStore(ctx context.Context, channel, group string, startSeq uint64) (<-chan mq.Event, error)
 }
 
-// DefaultCrashHold is Config.CrashHold's default.
-const DefaultCrashHold = 10 * time.Second
+// DefaultHold is FleetConfig.Hold's default.
+const DefaultHold = 10 * time.Second
 
-// fleetCrashes shares crash counts between the replicas of a queue
+// FleetConfig configures a Fleet.
+type FleetConfig struct {
+	// Events, when set, shares crash counts with the other replicas of
+	// each queue: crash reports on the Events Store channel
+	// <queue>.crashes (Channel). nil: no fleet (NewFleet returns nil), so
+	// this process's journal alone counts.
+	Events Events
+	// Hold is how long a message with fleet crash reports waits before it
+	// runs again, so that the replica that died running it last has time
+	// to restart and report (default DefaultHold; negative: no wait).
+	Hold time.Duration
+	// Window is how long a crash report counts after it was published: at
+	// most the broker's events store retention (default 1 h). TableMax
+	// caps the messages with counts (default 10000).
+	Window   time.Duration
+	TableMax int
+	// Reporter names this process in its reports (the worker's host
+	// name): for logs and operators, not for counting.
+	Reporter string
+	// Now is the clock (default time.Now; tests).
+	Now func() time.Time
+	// Logger receives the fleet's logs; nil discards them.
+	Logger *slog.Logger
+}
+
+func (c *FleetConfig) setDefaults() {
+	if c.Hold == 0 {
+		c.Hold = DefaultHold
+	}
+	if c.Window <= 0 {
+		c.Window = defaultWindow
+	}
+	if c.TableMax <= 0 {
+		c.TableMax = defaultTableMax
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Fleet shares crash counts between the replicas of a queue
 // (DESIGN.md 4.5). A process that starts with crash counts in its journal
 // publishes them, cumulative per journal, on each served queue's
-// CrashChannel (a process without counts publishes a report without any,
+// Channel (a process without counts publishes a report without any,
 // and every process does again each quarter window: a heartbeat); every process reads those channels from the first event
 // the broker keeps and sums the counts per message over journals
-// (crashTable). A message with a count runs alone, and goes to the dead
+// (table). A message with a count runs alone, and goes to the dead
 // letter queue once the count reaches max_retries + 1.
 //
 // A dead process's crash is known only once it restarts and reports, and
 // the broker gives its message back at once, so a message with a count
-// is held for CrashHold before it runs again: the replica that ran it last
-// (and died) has that long to restart and report. Without the hold two
+// is held for FleetConfig.Hold before it runs again: the replica that ran
+// it last (and died) has that long to restart and report. Without the hold two
 // replicas could each rerun a message while the other's crash is still
 // unreported. A process that has heard from no other journal within the
 // window does not hold (alone, its journal knows every crash).
@@ -42,10 +85,13 @@ const DefaultCrashHold = 10 * time.Second
 // lookup is a map read. When the events store is away the local journal
 // still counts this process's crashes (logged once; tasks never wait for
 // it).
-type fleetCrashes struct {
-	ev          CrashEvents
+//
+// A nil *Fleet is no fleet: Crashes returns the local count, HoldFor 0
+// and Run returns at once. Its methods are safe for concurrent use.
+type Fleet struct {
+	ev          Events
 	journal     *Journal
-	table       *crashTable
+	table       *table
 	hold        time.Duration
 	channels    []string
 	reporter    string
@@ -54,25 +100,24 @@ type fleetCrashes struct {
 	now         func() time.Time
 
 	// caughtUp: this process read back its own first report, so it has
-	// read every report published before it started (holdFor).
+	// read every report published before it started (HoldFor).
 	caughtUp atomic.Bool
 	degraded atomic.Bool // a publish failed: logged once until one succeeds
 	refused  atomic.Bool // a malformed report was refused: logged once
 }
 
-// newFleetCrashes returns the fleet crash counter for queues, or nil when
-// cfg has no CrashEvents or no queue has a valid crash channel.
-func newFleetCrashes(cfg Config, journal *Journal, queues []string, log *slog.Logger) *fleetCrashes {
-	if cfg.CrashEvents == nil {
+// NewFleet returns the fleet crash counter of queues for journal (this
+// process's), or nil when cfg has no Events or no queue has a valid crash
+// channel.
+func NewFleet(cfg FleetConfig, journal *Journal, queues []string) *Fleet {
+	if cfg.Events == nil {
 		return nil
 	}
-	f := &fleetCrashes{ev: cfg.CrashEvents, journal: journal, table: newCrashTable(cfg.CrashWindow, cfg.CrashTableMax),
-		hold: cfg.CrashHold, reporter: cfg.Worker, incarnation: newJournalID(), log: log.With("component", "fleet-crashes"), now: cfg.Now}
-	if f.hold == 0 {
-		f.hold = DefaultCrashHold
-	}
+	cfg.setDefaults()
+	f := &Fleet{ev: cfg.Events, journal: journal, table: newTable(cfg.Window, cfg.TableMax),
+		hold: cfg.Hold, reporter: cfg.Reporter, incarnation: newJournalID(), log: cfg.Logger.With("component", "fleet-crashes"), now: cfg.Now}
 	for _, q := range queues {
-		ch, err := CrashChannel(q)
+		ch, err := Channel(q)
 		if err != nil {
 			f.log.Warn("queue's crash count is not shared with the fleet (this process's journal still counts its own crashes)", "queue", q, "err", err)
 			continue
@@ -85,39 +130,43 @@ func newFleetCrashes(cfg Config, journal *Journal, queues []string, log *slog.Lo
 	return f
 }
 
-// crashes is msgID's crash count across the fleet, local being this
-// process's journal's. A nil f (no fleet) returns local.
-func (f *fleetCrashes) crashes(msgID string, local int) int {
+// Crashes is msgID's crash count across the fleet, local being this
+// process's journal's (Journal.Crashes). A nil f (no fleet) returns local.
+func (f *Fleet) Crashes(msgID string, local int) int {
 	if f == nil {
 		return local
 	}
-	return f.table.crashes(journalToken(msgID), f.journal.ID(), local, f.now())
+	return f.table.crashes(Token(msgID), f.journal.ID(), local, f.now())
 }
 
-// holdFor is how long a message with crashes waits before it runs again:
+// HoldFor is how long a message with crashes waits before it runs again:
 // 0 without a fleet, or once this process has read the channel up to its
 // own first report and no other journal reported within the window (a
 // replica alone: its journal is the whole story). Until it has read that
 // far (the events store may be away) it cannot know, and holds.
-func (f *fleetCrashes) holdFor() time.Duration {
+func (f *Fleet) HoldFor() time.Duration {
 	if f == nil || f.hold < 0 || f.caughtUp.Load() && !f.table.peers(f.journal.ID(), f.now()) {
 		return 0
 	}
 	return f.hold
 }
 
-// run subscribes to every crash channel and publishes the journal's
-// recovered counts on each, until ctx ends; wg tracks its goroutines.
-func (f *fleetCrashes) run(ctx context.Context, wg *sync.WaitGroup) {
+// Run subscribes to every crash channel and publishes the journal's
+// recovered counts on each, then a heartbeat each quarter window, until
+// ctx ends; it returns once its subscriptions are closed. A nil f returns
+// at once.
+func (f *Fleet) Run(ctx context.Context) {
 	if f == nil {
 		return
 	}
-	reports := crashReports(f.journal.ID(), f.incarnation, f.reporter, f.journal.Recovered())
-	heartbeat := crashReports(f.journal.ID(), f.incarnation, f.reporter, nil)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	reports := splitReports(f.journal.ID(), f.incarnation, f.reporter, f.journal.Recovered())
+	heartbeat := splitReports(f.journal.ID(), f.incarnation, f.reporter, nil)
 	for _, ch := range f.channels {
 		// From sequence 1: the broker clamps it to the first event it
 		// keeps (its retention), so every report still kept is read;
-		// those older than the window are ignored (crashTable.add).
+		// those older than the window are ignored (table.add).
 		events, err := f.ev.SubscribeEventsStore(ctx, ch, "", 1)
 		if err != nil {
 			f.log.Error("crash reports of the fleet not read: this process counts only its own crashes", "channel", ch, "err", err)
@@ -128,14 +177,13 @@ func (f *fleetCrashes) run(ctx context.Context, wg *sync.WaitGroup) {
 		wg.Add(1)
 		go func() { defer wg.Done(); f.publish(ctx, ch, reports); f.beat(ctx, ch, heartbeat) }()
 	}
-	wg.Add(1)
-	go func() { defer wg.Done(); f.expire(ctx) }()
+	f.expire(ctx)
 }
 
 // beat publishes a report without counts every quarter window until ctx
-// ends, so that the other replicas know this one is there (holdFor) for
+// ends, so that the other replicas know this one is there (HoldFor) for
 // as long as it runs.
-func (f *fleetCrashes) beat(ctx context.Context, ch string, heartbeat []CrashReport) {
+func (f *Fleet) beat(ctx context.Context, ch string, heartbeat []Report) {
 	t := time.NewTicker(f.table.window / 4)
 	defer t.Stop()
 	for {
@@ -149,10 +197,10 @@ func (f *fleetCrashes) beat(ctx context.Context, ch string, heartbeat []CrashRep
 }
 
 // read applies the reports of one channel until it closes.
-func (f *fleetCrashes) read(ch string, events <-chan mq.Event) {
+func (f *Fleet) read(ch string, events <-chan mq.Event) {
 	self := f.journal.ID()
 	for ev := range events {
-		r, err := DecodeCrashReport(ev.Body)
+		r, err := DecodeReport(ev.Body)
 		if err != nil {
 			if !f.refused.Swap(true) {
 				f.log.Warn("malformed crash report refused (logged once)", "channel", ch, "seq", ev.Sequence, "err", err)
@@ -177,7 +225,7 @@ func (f *fleetCrashes) read(ch string, events <-chan mq.Event) {
 // publish sends reports on ch, retrying with backoff until each is stored
 // or ctx ends. Reports are idempotent: a resend after a lost confirmation
 // counts once.
-func (f *fleetCrashes) publish(ctx context.Context, ch string, reports []CrashReport) {
+func (f *Fleet) publish(ctx context.Context, ch string, reports []Report) {
 	for _, r := range reports {
 		body, err := r.Encode()
 		if err != nil {
@@ -216,7 +264,7 @@ func (f *fleetCrashes) publish(ctx context.Context, ch string, reports []CrashRe
 }
 
 // expire drops expired counts every minute until ctx ends.
-func (f *fleetCrashes) expire(ctx context.Context) {
+func (f *Fleet) expire(ctx context.Context) {
 	t := time.NewTicker(time.Minute)
 	defer t.Stop()
 	for {

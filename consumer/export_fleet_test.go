@@ -1,4 +1,0 @@
-package consumer
-
-// JournalToken is how crash reports name a message id.
-var JournalToken = journalToken
