@@ -265,7 +265,7 @@ func (b *bencher) deviceGroups(m models.Model) ([][]runtime.Device, error) {
 // rows), makes its random inputs and runs it once to check the outputs and
 // keep a canned result for the broker mode.
 func (b *bencher) loadModel(ctx context.Context, cfg models.Model, devs []runtime.Device, warm int) (*benchModel, error) {
-	m := &benchModel{cfg: cfg}
+	m := &benchModel{cfg: cfg, sim: b.cfg.SimLatency}
 	var err error
 	m.sessions, err = worker.OpenSessions(ctx, b.cfg.Env, cfg, devs,
 		worker.SessionOptions{Concurrent: len(devs) * cfg.Concurrency, WarmRows: warm, Logger: b.log})
@@ -342,10 +342,13 @@ type Sample struct {
 	Latency LatencyStats `json:"latency_ms"`
 	// Batches and MeanBatch: the busy model's inference runs during the
 	// measured phase and their mean rows.
-	Batches   int64    `json:"batches"`
-	MeanBatch float64  `json:"mean_batch_rows"`
-	Usage     Usage    `json:"usage"`
-	Errs      []string `json:"first_errors,omitempty"`
+	Batches   int64   `json:"batches"`
+	MeanBatch float64 `json:"mean_batch_rows"`
+	// ServerRows are the rows each server ran during the measured phase
+	// (with --servers above 1): the servers' shares of the load.
+	ServerRows []int64  `json:"server_rows,omitempty"`
+	Usage      Usage    `json:"usage"`
+	Errs       []string `json:"first_errors,omitempty"`
 	// Unavailable says why the mode could not run at all.
 	Unavailable string `json:"unavailable,omitempty"`
 	// LatenciesUS are the sample's latencies in microseconds, in the
@@ -389,6 +392,10 @@ func (b *bencher) sample(ctx context.Context, m *benchModel, idle []*benchModel,
 	if run.fill != nil {
 		b0, r0 = run.fill()
 	}
+	var sh0 []int64
+	if run.shares != nil {
+		sh0 = run.shares()
+	}
 	spec.progress = func(n int) { b.prog.add(n) }
 	dup0 := b.prod.duplicates()
 	res := startResources()
@@ -400,6 +407,14 @@ func (b *bencher) sample(ctx context.Context, m *benchModel, idle []*benchModel,
 		s.Batches = b1 - b0
 		if s.Batches > 0 {
 			s.MeanBatch = float64(r1-r0) / float64(s.Batches)
+		}
+	}
+	if run.shares != nil {
+		if sh := run.shares(); len(sh) > 1 && len(sh) == len(sh0) {
+			s.ServerRows = make([]int64, len(sh))
+			for i := range sh {
+				s.ServerRows[i] = sh[i] - sh0[i]
+			}
 		}
 	}
 	s.Sent, s.OK, s.Errors, s.Lost = lr.Sent, lr.OK, lr.Errors, lr.Lost
@@ -444,7 +459,7 @@ func (b *bencher) setup(ctx context.Context, m *benchModel, idle []*benchModel, 
 		if err != nil {
 			return nil, spec, err
 		}
-		return &sampleRun{start: b.prod.enqueueStarter(m, queue, b.cfg.QueueShards), fill: srv.fill, close: srv.close}, spec, nil
+		return &sampleRun{start: b.prod.enqueueStarter(m, queue, b.cfg.QueueShards), fill: srv.fill, shares: srv.shares, close: srv.close}, spec, nil
 	case ModeQuery:
 		srv, err := startServers(ctx, srvSpec)
 		if err != nil {
@@ -460,7 +475,7 @@ func (b *bencher) setup(ctx context.Context, m *benchModel, idle []*benchModel, 
 			}
 			return nil, spec, fmt.Errorf("probe query: %w", err)
 		}
-		return &sampleRun{start: b.prod.queryStarter(m, queue, b.cfg.QueryTimeout), fill: srv.fill, close: srv.close}, spec, nil
+		return &sampleRun{start: b.prod.queryStarter(m, queue, b.cfg.QueryTimeout), fill: srv.fill, shares: srv.shares, close: srv.close}, spec, nil
 	case ModeAdapter:
 		srvSpec.adapter, srvSpec.servers = true, 1
 		srv, err := startServers(ctx, srvSpec)
@@ -472,7 +487,7 @@ func (b *bencher) setup(ctx context.Context, m *benchModel, idle []*benchModel, 
 		if spec.tasks > 0 {
 			spec.tasks = min(spec.tasks, b.cfg.AdapterMax)
 		}
-		return &sampleRun{start: b.prod.compatStarter(m, queue), fill: srv.fill, close: srv.close}, spec, nil
+		return &sampleRun{start: b.prod.compatStarter(m, queue), fill: srv.fill, shares: srv.shares, close: srv.close}, spec, nil
 	case ModeHTTP, ModeGRPC:
 		srvSpec.oip = true
 		srv, err := startServers(ctx, srvSpec)

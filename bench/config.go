@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/inferq/inferq/batch"
 	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/models/examples"
 	"github.com/inferq/inferq/mq"
@@ -64,8 +65,12 @@ type Config struct {
 	// QueueShards spreads the queue mode's queue over that many shards
 	// (consumer.Config.QueueShards), the producers hashing task ids.
 	QueueShards int
-	JSONPath    string
-	PlotPath    string
+	// SimLatency, when set, runs every model on a simulated accelerator
+	// per server (batch.Simulate): each run takes at least Base + PerRow x
+	// rows, one run at a time per instance, the real model still running.
+	SimLatency batch.Latency
+	JSONPath   string
+	PlotPath   string
 	// ModelsDir holds the example models (written when missing) when
 	// Table is nil.
 	ModelsDir    string

@@ -43,6 +43,9 @@ type benchModel struct {
 	// canned is a real result of the model, sent by the broker mode's
 	// worker for every task instead of running the model.
 	canned, cannedBin []byte
+	// sim, when set, puts each batcher's sessions on simulated
+	// accelerators of their own (Config.SimLatency).
+	sim batch.Latency
 }
 
 func (m *benchModel) input() []tensor.Tensor {
@@ -105,13 +108,20 @@ func (c outputCheck) record(id string, rec *task.Record) error {
 	return c.tensors(resp.Tensors())
 }
 
-// batchCounter counts a batcher's runs and rows for the mean batch fill.
-type batchCounter struct{ batches, rows atomic.Int64 }
+// batchCounter counts a batcher's runs and rows for the mean batch fill,
+// and its parent's too (the servers' sum) when it has one.
+type batchCounter struct {
+	batches, rows atomic.Int64
+	parent        *batchCounter
+}
 
 func (c *batchCounter) ObserveQueueWait(time.Duration) {}
 func (c *batchCounter) ObserveBatch(s batch.Stats) {
 	c.batches.Add(1)
 	c.rows.Add(int64(s.Rows))
+	if c.parent != nil {
+		c.parent.ObserveBatch(s)
+	}
 }
 
 // newBatcher builds a batcher for m with max_batch_size bs and the given
@@ -119,7 +129,8 @@ func (c *batchCounter) ObserveBatch(s batch.Stats) {
 func newBatcher(m *benchModel, bs, concurrency int, bc *batchCounter, log *slog.Logger) (*batch.Batcher, error) {
 	runners := make([]batch.Runner, len(m.sessions))
 	for i, s := range m.sessions {
-		runners[i] = s
+		// Each batcher (one per server) gets devices of its own.
+		runners[i] = batch.Simulate(s, m.sim)
 	}
 	cfg := m.cfg
 	cfg.Batching.MaxBatchSize, cfg.Concurrency = bs, concurrency
@@ -134,8 +145,10 @@ func newBatcher(m *benchModel, bs, concurrency int, bc *batchCounter, log *slog.
 type sampleRun struct {
 	start starter
 	// fill returns the runs and rows of the model's batchers so far.
-	fill  func() (batches, rows int64)
-	close func() error
+	fill func() (batches, rows int64)
+	// shares, when set, returns the rows each server ran so far.
+	shares func() []int64
+	close  func() error
 }
 
 // directRun drives the runtime alone: a batcher over the sessions.
@@ -405,6 +418,8 @@ type serverSpec struct {
 // benchServer is one or more in-process servers on the same queues.
 type benchServer struct {
 	counter *batchCounter
+	// each counts one server's runs (counter counts them all).
+	each    []*batchCounter
 	stops   []func() error
 	workers []*worker.Worker
 }
@@ -453,7 +468,9 @@ func (bs *benchServer) startOne(spec serverSpec, i int) error {
 	if spec.oip {
 		cfg.HTTP, cfg.GRPC = models.HTTP{Listen: "127.0.0.1:0"}, models.GRPC{Listen: "127.0.0.1:0"}
 	}
-	if err := addModel(&cfg, spec.busy, spec.queue, bsize, conc, bs.counter); err != nil {
+	own := &batchCounter{parent: bs.counter}
+	bs.each = append(bs.each, own)
+	if err := addModel(&cfg, spec.busy, spec.queue, bsize, conc, own); err != nil {
 		return err
 	}
 	for _, m := range spec.idle {
@@ -490,6 +507,15 @@ func addModel(cfg *worker.Config, m *benchModel, queue string, bsize, conc int, 
 
 func (bs *benchServer) fill() (int64, int64) {
 	return bs.counter.batches.Load(), bs.counter.rows.Load()
+}
+
+// shares returns the rows each server ran so far.
+func (bs *benchServer) shares() []int64 {
+	out := make([]int64, len(bs.each))
+	for i, c := range bs.each {
+		out[i] = c.rows.Load()
+	}
+	return out
 }
 
 func (bs *benchServer) close() error {

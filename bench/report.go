@@ -211,6 +211,11 @@ func (r *benchReport) writeHeader(w io.Writer) {
 	if len(b.cfg.Idle) > 0 {
 		fmt.Fprintf(w, "idle models served beside the busy one: %s\n", strings.Join(b.cfg.Idle, ", "))
 	}
+	if !b.cfg.SimLatency.IsZero() {
+		l := b.cfg.SimLatency
+		fmt.Fprintf(w, "simulated accelerator (--sim-latency %s): each run takes at least %v + %v x rows (%v for 64 rows), one run at a time per instance and server; the model still runs on the CPU\n",
+			l, l.Base, l.PerRow, l.For(64))
+	}
 }
 
 // writeGroup prints the table of one model/device group, why its
@@ -235,7 +240,25 @@ func (r *benchReport) writeGroup(w io.Writer, rows []benchRow, g string) error {
 	for _, line := range r.ratiosLine(rows, g) {
 		fmt.Fprintf(w, "  %s\n", line)
 	}
+	for _, s := range r.samples {
+		if s.Model+"/"+s.Device == g && len(s.ServerRows) > 1 {
+			fmt.Fprintf(w, "  %s\n", sharesLine(s))
+		}
+	}
 	return nil
+}
+
+// sharesLine says how a sample's rows split over its servers.
+func sharesLine(s Sample) string {
+	var total int64
+	for _, n := range s.ServerRows {
+		total += n
+	}
+	parts := make([]string, len(s.ServerRows))
+	for i, n := range s.ServerRows {
+		parts[i] = fmt.Sprintf("server %d %d (%.0f%%)", i, n, 100*float64(n)/float64(max(total, 1)))
+	}
+	return fmt.Sprintf("%s batch %d repeat %d: rows per server: %s", s.Mode, s.BatchSize, s.Repeat, strings.Join(parts, ", "))
 }
 
 // writeRow prints one row of a group's table.
@@ -426,7 +449,7 @@ func (r *benchReport) writeJSON(path string, rows []benchRow) error {
 		Params: map[string]any{"broker": b.addr, "embedded_broker": b.embedded, "modes": b.plan.modes, "models": b.cfg.Models,
 			"idle_models": b.cfg.Idle, "payload": b.cfg.Payload, "producers": b.cfg.Producers, "inflight": b.cfg.Inflight,
 			"send_batch": b.cfg.SendBatch, "duration_s": b.cfg.Duration.Seconds(), "tasks": b.cfg.Tasks, "warmup_s": b.cfg.Warmup.Seconds(),
-			"repeat": b.cfg.Repeat, "servers": b.cfg.Servers, "adapter_max_tasks": b.cfg.AdapterMax},
+			"repeat": b.cfg.Repeat, "servers": b.cfg.Servers, "adapter_max_tasks": b.cfg.AdapterMax, "sim_latency": b.cfg.SimLatency.String()},
 		Samples: r.samples,
 	}
 	for _, x := range rows {

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/inferq/inferq/batch"
 	"github.com/inferq/inferq/bench"
 	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/runtime"
@@ -101,6 +102,27 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	return bench.Run(ctx, c)
 }
 
+// latencyFlag is --sim-latency: a batch.Latency as BASE,PER_ROW.
+type latencyFlag struct{ l *batch.Latency }
+
+func (f latencyFlag) String() string {
+	if f.l == nil || f.l.IsZero() {
+		return ""
+	}
+	return f.l.String()
+}
+
+func (f latencyFlag) Set(s string) error {
+	l, err := batch.ParseLatency(s)
+	if err != nil {
+		return err
+	}
+	*f.l = l
+	return nil
+}
+
+func (latencyFlag) Type() string { return "BASE,PER_ROW" }
+
 // registerBenchFlags binds the bench's flags to c's fields.
 func registerBenchFlags(fs *pflag.FlagSet, c *bench.Config) {
 	fs.StringArrayVar(&c.Models, "model", nil, "model to measure; repeat for several (default mlp)")
@@ -118,6 +140,7 @@ func registerBenchFlags(fs *pflag.FlagSet, c *bench.Config) {
 	fs.StringVar(&c.Broker, "broker", "", "KubeMQ gRPC address host:port (default: an embedded broker in this process)")
 	fs.IntVar(&c.Repeat, "repeat", 1, "samples per row; the table shows the median and the spread")
 	fs.IntVar(&c.QueueShards, "queue-shards", 1, "queue mode: spread the queue over this many shards (serve --queue-shards), the producers hashing task ids and each server polling the shards it owns")
+	fs.Var(latencyFlag{&c.SimLatency}, "sim-latency", "BASE,PER_ROW: run every model on a simulated accelerator per server, each run taking at least BASE + PER_ROW x rows, one run at a time per instance (e.g. 40ms,400us: 65.6 ms for 64 rows); the model still runs and is checked, the rest is slept so the CPU stays free for the pipeline. Take BASE and PER_ROW from a real GPU's --modes direct at two batch sizes")
 	fs.IntVar(&c.Servers, "servers", 1, "inferq servers consuming the queue (queue, query, http and grpc modes; http and grpc spread requests over them), each with its own connection and poller")
 	fs.StringVar(&c.JSONPath, "json", "", "write every sample (with every latency) as JSON to FILE")
 	fs.StringVar(&c.PlotPath, "plot", "", "draw throughput and p99 latency against batch size per mode into FILE.png")

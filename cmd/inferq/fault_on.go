@@ -20,11 +20,16 @@ import (
 // as an attempt. INFERQ_FAULT_RUN_DELAY (a Go duration) makes every batch
 // take that long more, like a model on a GPU: the chaos harness's fleet
 // scenario uses it so that its kills land mid-inference.
+// INFERQ_FAULT_SIM_LATENCY (BASE,PER_ROW, as bench's --sim-latency) puts
+// every instance on a simulated accelerator (batch.Simulate): each run
+// takes at least BASE + PER_ROW x rows, one at a time per instance.
 func faultHook(getenv func(string) string) func(batch.Runner) batch.Runner {
 	delay, _ := time.ParseDuration(getenv("INFERQ_FAULT_RUN_DELAY"))
 	v, err := strconv.ParseFloat(getenv("INFERQ_FAULT_CRASH_ON"), 32)
 	crash := err == nil
+	sim, _ := batch.ParseLatency(getenv("INFERQ_FAULT_SIM_LATENCY"))
 	return func(r batch.Runner) batch.Runner {
+		r = batch.Simulate(r, sim)
 		if delay > 0 {
 			r = slowRunner{r, delay}
 		}
