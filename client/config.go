@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/inferq/inferq/mq"
@@ -87,6 +89,24 @@ type Config struct {
 	SendRetryFor time.Duration
 	// Logger receives the Client's logs. Default: discard.
 	Logger *slog.Logger
+}
+
+// HostIdentity is prefix followed by this machine's host name
+// ("localhost" when it has none), each character an identity may not carry
+// replaced by '-': an identity stable per machine, never per run (a reply
+// channel costs the broker files for 24 h).
+func HostIdentity(prefix string) string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		h = "localhost"
+	}
+	return prefix + strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '-', r == '_':
+			return r
+		}
+		return '-'
+	}, h)
 }
 
 // Validate checks c and fills in the defaults.

@@ -2,10 +2,10 @@ package main
 
 import (
 	"context"
-	"strings"
 	"time"
 
 	"github.com/inferq/inferq/bench"
+	"github.com/inferq/inferq/client"
 	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/runtime"
 	"github.com/spf13/pflag"
@@ -89,7 +89,7 @@ func runBench(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	if c.Identity == "" {
-		c.Identity = "bench-" + strings.TrimPrefix(defaultIdentity(), "cli-")
+		c.Identity = client.HostIdentity("bench-")
 	}
 	env, err := a.openRuntime(ortLib, log.With("component", "runtime"))
 	if err != nil {

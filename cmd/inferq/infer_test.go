@@ -13,6 +13,7 @@ import (
 	"github.com/inferq/inferq/broker"
 	"github.com/inferq/inferq/broker/brokertest"
 	"github.com/inferq/inferq/client/clienttest"
+	"github.com/inferq/inferq/client/infer"
 	"github.com/inferq/inferq/tensor"
 )
 
@@ -138,22 +139,6 @@ func TestInferErrors(t *testing.T) {
 	}
 }
 
-// TestInferShapeSpec: the spec grammar is tensor.ParseSpec's (tested
-// there); infer makes its errors usage errors and builds random inputs from
-// the specs or the example models' signatures.
-func TestInferShapeSpec(t *testing.T) {
-	if _, err := parseShapeSpec("x:FP32:1,banana", "x", "FP32"); err == nil || !strings.Contains(err.Error(), `--shape "x:FP32:1,banana"`) {
-		t.Errorf("bad spec: %v, want a usage error naming --shape", err)
-	}
-	if _, err := randomInputs("m", []string{"x:BYTES:1,2"}, "FP32"); err == nil {
-		t.Error("random BYTES built")
-	}
-	ins, err := randomInputs("multitype", nil, "FP32")
-	if err != nil || len(ins) != 2 || ins[0].String() == "" || ins[1].Validate() != nil {
-		t.Errorf("multitype: %v %v", ins, err)
-	}
-}
-
 // TestInferRidesThroughBrokerRestart: the broker goes away for 1.5 s while
 // `infer -n` is sending; the run waits for it and finishes with every
 // result. The worker starts after the restart, so no queue poll is live
@@ -173,7 +158,7 @@ func TestInferRidesThroughBrokerRestart(t *testing.T) {
 		done <- result{code, out, errs}
 	}()
 	deadline := time.Now().Add(20 * time.Second)
-	for len(srv.Broker.QueueSnapshot("inferq.mlp").Waiting) < inferBatch {
+	for len(srv.Broker.QueueSnapshot("inferq.mlp").Waiting) < infer.Batch {
 		if time.Now().After(deadline) {
 			t.Fatal("infer sent nothing in 20 s")
 		}
