@@ -1,6 +1,6 @@
 //go:build faultinject
 
-package main
+package faultinject
 
 import (
 	"context"
@@ -13,14 +13,13 @@ import (
 	"github.com/inferq/inferq/tensor"
 )
 
-// faultHook, in a binary built with -tags faultinject only, makes the
-// process die (SIGKILL, no cleanup, like an OOM kill or a segfault in a
-// kernel) when a batch holds an item whose first FP32 input starts with the
+// Hook, in a binary built with -tags faultinject, makes the process die
+// (SIGKILL, no cleanup, like an OOM kill or a segfault in a kernel) when a batch holds an item whose first FP32 input starts with the
 // value of INFERQ_FAULT_CRASH_ON. Tests use it to prove that a crash counts
 // as an attempt. INFERQ_FAULT_RUN_DELAY (a Go duration) makes every batch
 // take that long more, like a model on a GPU: the chaos harness's fleet
 // scenario uses it so that its kills land mid-inference.
-func faultHook(getenv func(string) string) func(runtime.Runner) runtime.Runner {
+func Hook(getenv func(string) string) func(runtime.Runner) runtime.Runner {
 	delay, _ := time.ParseDuration(getenv("INFERQ_FAULT_RUN_DELAY"))
 	v, err := strconv.ParseFloat(getenv("INFERQ_FAULT_CRASH_ON"), 32)
 	crash := err == nil
