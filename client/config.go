@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -87,6 +88,17 @@ type Config struct {
 	// the waits between sends double from Broker.RetryMin to
 	// Broker.RetryMax. Default 2 min.
 	SendRetryFor time.Duration
+	// HTTPURL is the base URL of a replica's HTTP listener (http://host:8080,
+	// a path prefix kept) that a relative result_ref, "/v1/tasks/<id>" from
+	// servers without http.advertise_url, is read from (see FollowRef);
+	// absolute references need none.
+	HTTPURL string
+	// HTTPToken is the replicas' HTTP bearer token (http.auth_token), sent
+	// with the read of a result stored by reference.
+	HTTPToken string
+	// HTTPClient reads results stored by reference. Default: one without
+	// a timeout of its own (the call's ctx bounds a read).
+	HTTPClient *http.Client
 	// Logger receives the Client's logs. Default: discard.
 	Logger *slog.Logger
 }
@@ -145,6 +157,14 @@ func (c *Config) Validate() error {
 	}
 	if c.ResultPrefix == "" {
 		c.ResultPrefix = DefaultResultPrefix
+	}
+	if c.HTTPURL != "" {
+		if err := checkHTTPURL(c.HTTPURL); err != nil {
+			return fmt.Errorf("client: config: HTTPURL %q %w", c.HTTPURL, err)
+		}
+	}
+	if c.HTTPClient == nil {
+		c.HTTPClient = &http.Client{}
 	}
 	setDefault(&c.CompatExpiry, DefaultCompatExpiry)
 	setDefault(&c.MaxUnclaimed, 10000)
