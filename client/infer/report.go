@@ -13,10 +13,14 @@ import (
 )
 
 // printRecord prints one task's record and outputs, and fails unless it
-// succeeded.
-func (r *run) printRecord(rec *task.Record, lat time.Duration) error {
+// succeeded and its result, stored by reference or not, was read (refErr
+// says why one stored by reference was not).
+func (r *run) printRecord(rec *task.Record, refErr error, lat time.Duration) error {
 	var resp *task.InferResponse
 	if rec.Status == task.StatusSuccess {
+		if refErr != nil {
+			return refErr
+		}
 		var err error
 		if resp, err = rec.Response(); err != nil {
 			return fmt.Errorf("task %s: result: %w", rec.TaskID, err)
@@ -62,35 +66,54 @@ func (r *run) printRecord(rec *task.Record, lat time.Duration) error {
 }
 
 // printSummary prints the counts, rate and latency percentiles of the
-// tasks ids, and fails when one failed.
-func (r *run) printSummary(ids []string, recs map[string]*task.Record, lat []time.Duration, elapsed time.Duration) error {
+// tasks ids, and fails when one failed. refs holds the tasks whose result
+// was stored by reference, with why it could not be read: such a task
+// counts failed.
+func (r *run) printSummary(ids []string, recs map[string]*task.Record, refs map[string]error, lat []time.Duration, elapsed time.Duration) error {
 	ok, failed := 0, 0
 	var firstErr string
 	for _, id := range ids {
-		if recs[id].Status == task.StatusSuccess {
+		rec, refErr := recs[id], refs[id]
+		if rec.Status == task.StatusSuccess && refErr == nil {
 			ok++
 			continue
 		}
 		failed++
-		if firstErr == "" {
-			firstErr = fmt.Sprintf("%s: %s", recs[id].Status, recs[id].Error)
+		switch {
+		case firstErr != "":
+		case refErr != nil:
+			firstErr = refErr.Error()
+		default:
+			firstErr = fmt.Sprintf("%s: %s", rec.Status, rec.Error)
 		}
 	}
 	slices.Sort(lat)
 	rate := float64(len(ids)) / elapsed.Seconds()
 	p50, p99 := millis(quantile(lat, 0.50)), millis(quantile(lat, 0.99))
 	if r.JSON {
-		err := writeJSON(r.Stdout, map[string]any{
+		sum := map[string]any{
 			"model": r.Model, "queue": r.Queue, "count": len(ids), "ok": ok, "failed": failed,
 			"seconds": elapsed.Seconds(), "tasks_per_second": rate,
 			"latency_p50_ms": p50, "latency_p99_ms": p99,
-		})
-		if err != nil {
+		}
+		if len(refs) > 0 {
+			sum["by_reference"] = len(refs)
+		}
+		if err := writeJSON(r.Stdout, sum); err != nil {
 			return err
 		}
 	} else {
 		fmt.Fprintf(r.Stdout, "%d tasks to %s: %d ok, %d failed in %.2fs (%.1f tasks/s)\nlatency p50 %.1f ms, p99 %.1f ms\n",
 			len(ids), r.Queue, ok, failed, elapsed.Seconds(), rate, p50, p99)
+		if len(refs) > 0 {
+			read := 0
+			for _, err := range refs {
+				if err == nil {
+					read++
+				}
+			}
+			fmt.Fprintf(r.Stdout, "%d results stored by reference, %d read from their replica (latency includes the read)\n", len(refs), read)
+		}
 	}
 	if failed > 0 {
 		return fmt.Errorf("%d of %d tasks failed; first: %s", failed, len(ids), firstErr)

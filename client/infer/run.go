@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strconv"
 	"sync"
 	"time"
@@ -53,7 +54,7 @@ type Config struct {
 // within ctx and prints the result (N 1) or a summary. It fails when a
 // task failed or results are missing.
 func Run(ctx context.Context, c *client.Client, cfg Config) error {
-	r := &run{Config: cfg, c: c}
+	r := &run{Config: cfg, c: c, refSlots: make(chan struct{}, refReads)}
 	// Progress events are not stored: subscribe before the task is sent
 	// (the probe below gives the subscription time to be live).
 	var (
@@ -79,10 +80,14 @@ func Run(ctx context.Context, c *client.Client, cfg Config) error {
 	return r.queued(ctx)
 }
 
+// refReads bounds the reads of results stored by reference in flight.
+const refReads = 16
+
 // run is one Run's state.
 type run struct {
 	Config
-	c *client.Client
+	c        *client.Client
+	refSlots chan struct{} // one per read of a result by reference
 }
 
 // ready waits for the client's probe of its reply channel, made before the
@@ -105,6 +110,7 @@ func (r *run) queued(ctx context.Context) error {
 		mu   sync.Mutex
 		lat  = make([]time.Duration, 0, r.N)
 		recs = make(map[string]*task.Record, min(r.N, 1<<16))
+		refs = map[string]error{} // results stored by reference: why one was not read
 		ids  = make([]string, 0, r.N)
 		wg   sync.WaitGroup
 	)
@@ -140,9 +146,13 @@ func (r *run) queued(ctx context.Context) error {
 				if err != nil {
 					return
 				}
+				rec, byRef, err := r.followRef(ctx, rec)
 				d := time.Since(t0)
 				mu.Lock()
 				recs[id], lat = rec, append(lat, d)
+				if byRef {
+					refs[id] = err
+				}
 				mu.Unlock()
 			}()
 		}
@@ -157,9 +167,37 @@ func (r *run) queued(ctx context.Context) error {
 			r.Timeout, missing, r.N, r.Queue, r.Model)
 	}
 	if r.N == 1 {
-		return r.printRecord(recs[ids[0]], lat[0])
+		return r.printRecord(recs[ids[0]], refs[ids[0]], lat[0])
 	}
-	return r.printSummary(ids, recs, lat, elapsed)
+	return r.printSummary(ids, recs, refs, lat, elapsed)
+}
+
+// followRef returns the whole record of a result stored by reference,
+// read from the replica that holds it (rec itself otherwise), and whether
+// it was one. Where the read fails, it returns rec and an error that names
+// the flag that would fix it.
+func (r *run) followRef(ctx context.Context, rec *task.Record) (*task.Record, bool, error) {
+	if len(rec.Result) != 0 || rec.ResultRef == "" {
+		return rec, false, nil
+	}
+	select {
+	case r.refSlots <- struct{}{}:
+		defer func() { <-r.refSlots }()
+	case <-ctx.Done():
+		return rec, true, &client.RefError{TaskID: rec.TaskID, Ref: rec.ResultRef, Err: ctx.Err()}
+	}
+	whole, err := r.c.FollowRef(ctx, rec)
+	if err == nil {
+		return whole, true, nil
+	}
+	re, _ := errors.AsType[*client.RefError](err)
+	switch {
+	case errors.Is(err, client.ErrRelativeRef):
+		err = fmt.Errorf("%w: give it with --http URL (serve listens on http://127.0.0.1:8080 by default)", err)
+	case re != nil && (re.Status == http.StatusUnauthorized || re.Status == http.StatusForbidden):
+		err = fmt.Errorf("%w; give the servers' http.auth_token with --http-token or INFERQ_HTTP_AUTH_TOKEN", err)
+	}
+	return rec, true, err
 }
 
 // sync sends N queries, Concurrency at a time, and prints the result (N
@@ -214,9 +252,9 @@ func (r *run) sync(ctx context.Context) error {
 		return fmt.Errorf("%d of %d queries got no answer; first: %w", r.N-len(recs), r.N, fail)
 	}
 	if r.N == 1 {
-		return r.printRecord(recs[ids[0]], lat[0])
+		return r.printRecord(recs[ids[0]], nil, lat[0])
 	}
-	return r.printSummary(ids, recs, lat, elapsed)
+	return r.printSummary(ids, recs, nil, lat, elapsed)
 }
 
 // follow sends one task with id, prints its progress events as they
@@ -241,6 +279,7 @@ func (r *run) follow(ctx context.Context, id string, progress <-chan task.Progre
 	if err != nil {
 		return fmt.Errorf("waiting for task %s: %w", id, err)
 	}
+	rec, _, refErr := r.followRef(ctx, rec)
 	lat := time.Since(t0)
 	// The last event (stored, failed) is sent after the record: give it a
 	// moment.
@@ -248,5 +287,5 @@ func (r *run) follow(ctx context.Context, id string, progress <-chan task.Progre
 	case <-printed:
 	case <-time.After(200 * time.Millisecond):
 	}
-	return r.printRecord(rec, lat)
+	return r.printRecord(rec, refErr, lat)
 }

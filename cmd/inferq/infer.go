@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"time"
@@ -28,6 +29,8 @@ type inferFlags struct {
 	sync     bool
 	follow   bool
 	conc     int
+	http     string
+	token    string
 }
 
 func runInfer(ctx context.Context, a *app, args []string) error {
@@ -51,6 +54,11 @@ each at once, ahead of queued tasks, and nothing is stored (--concurrency
 queries in flight; --timeout is each query's timeout). --follow prints the
 task's progress events (received, running, stored, retrying, failed) as they
 arrive; progress events are not stored, so some may be missed.
+
+A result over the model's result.max_result_bytes comes back by reference:
+infer reads the whole record from the replica's /v1/tasks/ID with
+--http-token, else INFERQ_HTTP_AUTH_TOKEN; a relative reference (servers
+without http.advertise_url) from the listener at --http URL.
 
 The broker address comes from --broker, else INFERQ_BROKER_ADDRESS, else
 KUBEMQ_ADDRESS, else 127.0.0.1:50000 (auth token and TLS from the same
@@ -94,6 +102,8 @@ func (f *inferFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.sync, "sync", false, "synchronous inference: a KubeMQ query on the queue's channel, answered ahead of queued tasks; nothing stored")
 	fs.BoolVar(&f.follow, "follow", false, "print the task's progress events as they arrive (with --n 1, not with --sync)")
 	fs.IntVar(&f.conc, "concurrency", 1, "with --sync: queries in flight at once")
+	fs.StringVar(&f.http, "http", "", "base URL of the replica's HTTP listener (http://127.0.0.1:8080) to read results stored by a relative reference from")
+	fs.StringVar(&f.token, "http-token", "", "bearer token of the replicas' HTTP listeners, to read results stored by reference (env INFERQ_HTTP_AUTH_TOKEN)")
 }
 
 // check refuses flag combinations that make no sense.
@@ -121,33 +131,20 @@ func (f *inferFlags) check(fs *pflag.FlagSet) error {
 	return nil
 }
 
-// brokerConfig reads the broker's address, token and TLS files from the
-// environment variables serve reads (envVars), then the flag.
-func (a *app) brokerConfig(flag string) mq.Config {
-	var mc models.Config
-	for _, ev := range envVars {
-		for _, name := range ev.names {
-			if v := a.getenv(name); v != "" {
-				ev.set(&mc, v)
-				break
-			}
-		}
-	}
-	cfg := brokerConn(mc.Broker)
+// producerBroker is the broker connection of env (address, token, TLS
+// files: the variables serve reads), the --broker flag over it.
+func producerBroker(env models.Config, flag string) mq.Config {
+	cfg := brokerConn(env.Broker)
 	cfg.ClientID = "" // a producer's own, made by the client
-	if flag != "" {
-		cfg.Address = flag
-	}
-	if cfg.Address == "" {
-		cfg.Address = "127.0.0.1:50000"
-	}
+	cfg.Address = cmp.Or(flag, cfg.Address, "127.0.0.1:50000")
 	return cfg
 }
 
 func (a *app) infer(ctx context.Context, model string, inputs []tensor.Tensor, f inferFlags) error {
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	bcfg := a.brokerConfig(f.broker)
+	env := a.envConfig()
+	bcfg := producerBroker(env, f.broker)
 	if f.identity == "" {
 		f.identity = client.HostIdentity("cli-")
 	}
@@ -161,6 +158,8 @@ func (a *app) infer(ctx context.Context, model string, inputs []tensor.Tensor, f
 		BinaryInputs: f.binary,
 		// A broker restart mid-run: sends wait for it as long as the run may.
 		SendRetryFor: f.timeout,
+		HTTPURL:      f.http,
+		HTTPToken:    cmp.Or(f.token, env.HTTP.AuthToken),
 		Logger:       slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelError})),
 	})
 	if err != nil {

@@ -125,6 +125,7 @@ func TestInferErrors(t *testing.T) {
 		{"unknown signature", []string{"bert", "--random"}, 2, "", `no built-in signature for model "bert"`},
 		{"bad shape", []string{"mlp", "--random", "--shape", "x:FP99:1,16"}, 2, "", `datatype "FP99"`},
 		{"missing file", []string{"mlp", "--input", "/nonexistent.json"}, 2, "", "nonexistent.json"},
+		{"bad http URL", []string{"mlp", "--random", "--http", "localhost:8080", "--broker", addr}, 2, "", `"localhost:8080" is not an absolute http:// or https:// URL`},
 		{"broker unreachable", []string{"mlp", "--random", "--broker", deadAddr, "--timeout", "1s"}, 1, "", "broker at " + deadAddr + " unreachable"},
 		{"no worker", []string{"mlp", "--random", "--n", "2", "--broker", addr, "--timeout", "2s"}, 1, "", "2 of 2 results missing"},
 	}
