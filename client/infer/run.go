@@ -146,8 +146,11 @@ func (r *run) queued(ctx context.Context) error {
 				if err != nil {
 					return
 				}
-				rec, byRef, err := r.followRef(ctx, rec)
+				whole, byRef, err := r.followRef(ctx, rec)
 				d := time.Since(t0)
+				if r.N == 1 {
+					rec = whole // printed; a summary keeps the small record
+				}
 				mu.Lock()
 				recs[id], lat = rec, append(lat, d)
 				if byRef {
