@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/inferq/inferq/mq"
@@ -85,8 +88,37 @@ type Config struct {
 	// the waits between sends double from Broker.RetryMin to
 	// Broker.RetryMax. Default 2 min.
 	SendRetryFor time.Duration
+	// HTTPURL is the base URL of a replica's HTTP listener (http://host:8080,
+	// a path prefix kept) that a relative result_ref, "/v1/tasks/<id>" from
+	// servers without http.advertise_url, is read from (see FollowRef);
+	// absolute references need none.
+	HTTPURL string
+	// HTTPToken is the replicas' HTTP bearer token (http.auth_token), sent
+	// with the read of a result stored by reference.
+	HTTPToken string
+	// HTTPClient reads results stored by reference. Default: one without
+	// a timeout of its own (the call's ctx bounds a read).
+	HTTPClient *http.Client
 	// Logger receives the Client's logs. Default: discard.
 	Logger *slog.Logger
+}
+
+// HostIdentity is prefix followed by this machine's host name
+// ("localhost" when it has none), each character an identity may not carry
+// replaced by '-': an identity stable per machine, never per run (a reply
+// channel costs the broker files for 24 h).
+func HostIdentity(prefix string) string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		h = "localhost"
+	}
+	return prefix + strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '-', r == '_':
+			return r
+		}
+		return '-'
+	}, h)
 }
 
 // Validate checks c and fills in the defaults.
@@ -125,6 +157,14 @@ func (c *Config) Validate() error {
 	}
 	if c.ResultPrefix == "" {
 		c.ResultPrefix = DefaultResultPrefix
+	}
+	if c.HTTPURL != "" {
+		if err := checkHTTPURL(c.HTTPURL); err != nil {
+			return fmt.Errorf("client: config: HTTPURL %q %w", c.HTTPURL, err)
+		}
+	}
+	if c.HTTPClient == nil {
+		c.HTTPClient = &http.Client{}
 	}
 	setDefault(&c.CompatExpiry, DefaultCompatExpiry)
 	setDefault(&c.MaxUnclaimed, 10000)

@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/inferq/inferq/client"
@@ -36,5 +37,15 @@ func TestConfigNamesFollowTheWorkersRule(t *testing.T) {
 				t.Errorf("error %v does not wrap task.ErrBadName", err)
 			}
 		})
+	}
+}
+
+// HostIdentity names a producer after its machine: the prefix, then the host
+// name with what an identity may not carry replaced.
+func TestHostIdentity(t *testing.T) {
+	id := client.HostIdentity("cli-")
+	rest, ok := strings.CutPrefix(id, "cli-")
+	if !ok || rest == "" || strings.Trim(rest, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_") != "" {
+		t.Errorf("HostIdentity(cli-) = %q", id)
 	}
 }

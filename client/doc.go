@@ -21,6 +21,13 @@
 // resubscribes from there, so records written while it was down, or
 // received and not yet waited for, come again.
 //
+// A result over the model's result.max_result_bytes reaches the producer
+// as a record with result_ref and no result; the whole record stays on the
+// replica that ran the task, at its HTTP listener's /v1/tasks/{id}.
+// Response (or FollowRef) reads it from there, with Config.HTTPToken, a
+// relative reference against Config.HTTPURL; Record.Response alone returns
+// a *task.ResultRefError.
+//
 // Tasks sent with WithCompat carry no reply_to: inferq writes their record
 // to the per-task queue channel "rayserve-result-<task_id>" of the Python
 // adapter, which Status reads with a peek.

@@ -357,11 +357,36 @@ func (r *InferResponse) Tensors() []tensor.Tensor {
 }
 
 // Response decodes the record's result as an InferResponse, its outputs as
-// tensors (binary outputs alias the record's Binary). Errors wrap
-// ErrMalformed.
+// tensors (binary outputs alias the record's Binary). A record whose result
+// is stored by reference (ResultRef and no Result) gives a *ResultRefError;
+// other errors wrap ErrMalformed.
 func (r *Record) Response() (*InferResponse, error) {
+	if len(r.Result) == 0 && r.ResultRef != "" {
+		return nil, &ResultRefError{TaskID: r.TaskID, Ref: r.ResultRef}
+	}
 	return DecodeInferResponse(r.Result, r.Binary)
 }
+
+// ErrResultByReference is wrapped by the errors of a result stored by
+// reference: too large for the broker (the model's
+// result.max_result_bytes), it reached the producer as a record with
+// result_ref and no result, and the whole record is read from the replica
+// that holds it (package client does).
+var ErrResultByReference = errors.New("result stored by reference")
+
+// ResultRefError is Record.Response's error for a result stored by
+// reference: Ref is where the whole record is read, a replica's
+// /v1/tasks/{id} (relative when the server advertises no URL).
+type ResultRefError struct {
+	TaskID, Ref string
+}
+
+func (e *ResultRefError) Error() string {
+	return fmt.Sprintf("task: the result of task %s is stored by reference at %s (over the model's max_result_bytes): read the whole record there", e.TaskID, e.Ref)
+}
+
+// Unwrap returns ErrResultByReference.
+func (e *ResultRefError) Unwrap() error { return ErrResultByReference }
 
 // DecodeInferResponse decodes an Open Inference Protocol response (result)
 // whose binary outputs' data is bin. Errors wrap ErrMalformed.

@@ -2,6 +2,7 @@ package task
 
 import (
 	"encoding/json"
+	"errors"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -342,5 +343,29 @@ func TestHalfOutputRange(t *testing.T) {
 				t.Errorf("%s: element %d = %#04x, want %#04x", c.data, k, g, w)
 			}
 		}
+	}
+}
+
+// A result too large for the broker comes as a record with result_ref and
+// no result: Response says so, with the reference, instead of calling the
+// record malformed.
+func TestResponseByReference(t *testing.T) {
+	body := []byte(`{"task_id":"t9","status":"SUCCESS","result":null,"created_at":null,"completed_at":null,"result_ref":"/v1/tasks/t9"}`)
+	rec, err := ParseRecord(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = rec.Response()
+	re, ok := errors.AsType[*ResultRefError](err)
+	if !errors.Is(err, ErrResultByReference) || errors.Is(err, ErrMalformed) || !ok || re.TaskID != "t9" || re.Ref != "/v1/tasks/t9" {
+		t.Fatalf("Response: %v, want a *ResultRefError for t9 at /v1/tasks/t9 wrapping ErrResultByReference", err)
+	}
+	if msg := err.Error(); !strings.Contains(msg, "stored by reference") || !strings.Contains(msg, "/v1/tasks/t9") {
+		t.Errorf("error %q does not say where the result is", msg)
+	}
+	// A record without a result or a reference is still malformed.
+	rec.ResultRef = ""
+	if _, err := rec.Response(); !errors.Is(err, ErrMalformed) {
+		t.Errorf("no result, no reference: %v, want ErrMalformed", err)
 	}
 }

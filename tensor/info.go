@@ -1,6 +1,10 @@
 package tensor
 
-import "fmt"
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+)
 
 // TensorInfo describes one model input or output.
 type TensorInfo struct {
@@ -34,4 +38,20 @@ func (t TensorInfo) String() string {
 type ModelInfo struct {
 	Inputs  []TensorInfo
 	Outputs []TensorInfo
+}
+
+// WriteTable writes m as a table, one row per input, then per output:
+// KIND, NAME, DATATYPE and SHAPE (-1 for each dynamic dim).
+func (m ModelInfo) WriteTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "KIND\tNAME\tDATATYPE\tSHAPE")
+	for _, row := range []struct {
+		kind string
+		ts   []TensorInfo
+	}{{"input", m.Inputs}, {"output", m.Outputs}} {
+		for _, t := range row.ts {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", row.kind, t.Name, t.Datatype(), FormatShape(t.Dims))
+		}
+	}
+	return tw.Flush()
 }

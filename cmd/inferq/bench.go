@@ -2,11 +2,11 @@ package main
 
 import (
 	"context"
-	"strings"
 	"time"
 
 	"github.com/inferq/inferq/batch"
 	"github.com/inferq/inferq/bench"
+	"github.com/inferq/inferq/client"
 	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/runtime"
 	"github.com/spf13/pflag"
@@ -90,7 +90,7 @@ func runBench(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	if c.Identity == "" {
-		c.Identity = "bench-" + strings.TrimPrefix(defaultIdentity(), "cli-")
+		c.Identity = client.HostIdentity("bench-")
 	}
 	env, err := a.openRuntime(ortLib, log.With("component", "runtime"))
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/runtime"
 	"github.com/spf13/pflag"
 )
@@ -36,6 +37,21 @@ func (l *logFlags) logger(a *app) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(a.stderr, opts)), nil
 	}
 	return nil, usageErrorf("--log-format %q: want text or json", l.format)
+}
+
+// envConfig is the config the environment alone sets (envVars), for the
+// commands that need no config file.
+func (a *app) envConfig() models.Config {
+	var c models.Config
+	for _, ev := range envVars {
+		for _, name := range ev.names {
+			if v := a.getenv(name); v != "" {
+				ev.set(&c, v)
+				break
+			}
+		}
+	}
+	return c
 }
 
 // ortFlag is the --ort-lib flag.

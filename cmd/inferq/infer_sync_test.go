@@ -15,18 +15,18 @@ import (
 	"github.com/inferq/inferq/worker"
 )
 
-// mlpBatcher runs clienttest.MLP on its own goroutine per item, reporting
-// the start of each run like a batch of one.
-type mlpBatcher struct{}
+// modelBatcher runs a clienttest model on its own goroutine per item,
+// reporting the start of each run like a batch of one.
+type modelBatcher struct{ m clienttest.Model }
 
-func (mlpBatcher) Enqueue(ctx context.Context, r *batch.Request) error {
+func (b modelBatcher) Enqueue(ctx context.Context, r *batch.Request) error {
 	go func() {
 		if err := ctx.Err(); err != nil {
 			r.Finish(batch.ItemResult{Err: err})
 			return
 		}
 		r.Start(1)
-		out, err := clienttest.MLP().Compute(r.Item.Inputs)
+		out, err := b.m.Compute(r.Item.Inputs)
 		r.Finish(batch.ItemResult{Outputs: out, Err: err})
 	}()
 	return nil
@@ -41,7 +41,7 @@ func startServer(t *testing.T, addr string) {
 	c.SetDefaults()
 	w, err := worker.New(context.Background(), worker.Config{
 		Broker:   mq.Config{Address: addr, ClientID: "inferq-sync-test"},
-		Models:   []consumer.Model{{Config: c.Models[0], Info: clienttest.MLP().Info, Batcher: mlpBatcher{}}},
+		Models:   []consumer.Model{{Config: c.Models[0], Info: clienttest.MLP().Info, Batcher: modelBatcher{clienttest.MLP()}}},
 		Consumer: consumer.Config{Writers: 4, IntakeWorkers: 1},
 		Results:  models.Results{Spool: models.SpoolMemory},
 	})

@@ -13,6 +13,7 @@ import (
 	"github.com/inferq/inferq/broker"
 	"github.com/inferq/inferq/broker/brokertest"
 	"github.com/inferq/inferq/client/clienttest"
+	"github.com/inferq/inferq/client/infer"
 	"github.com/inferq/inferq/tensor"
 )
 
@@ -124,6 +125,7 @@ func TestInferErrors(t *testing.T) {
 		{"unknown signature", []string{"bert", "--random"}, 2, "", `no built-in signature for model "bert"`},
 		{"bad shape", []string{"mlp", "--random", "--shape", "x:FP99:1,16"}, 2, "", `datatype "FP99"`},
 		{"missing file", []string{"mlp", "--input", "/nonexistent.json"}, 2, "", "nonexistent.json"},
+		{"bad http URL", []string{"mlp", "--random", "--http", "localhost:8080", "--broker", addr}, 2, "", `"localhost:8080" is not an absolute http:// or https:// URL`},
 		{"broker unreachable", []string{"mlp", "--random", "--broker", deadAddr, "--timeout", "1s"}, 1, "", "broker at " + deadAddr + " unreachable"},
 		{"no worker", []string{"mlp", "--random", "--n", "2", "--broker", addr, "--timeout", "2s"}, 1, "", "2 of 2 results missing"},
 	}
@@ -135,22 +137,6 @@ func TestInferErrors(t *testing.T) {
 				t.Errorf("exit %d (want %d)\nstdout: %s\nstderr: %s", code, tt.code, out, errs)
 			}
 		})
-	}
-}
-
-// TestInferShapeSpec: the spec grammar is tensor.ParseSpec's (tested
-// there); infer makes its errors usage errors and builds random inputs from
-// the specs or the example models' signatures.
-func TestInferShapeSpec(t *testing.T) {
-	if _, err := parseShapeSpec("x:FP32:1,banana", "x", "FP32"); err == nil || !strings.Contains(err.Error(), `--shape "x:FP32:1,banana"`) {
-		t.Errorf("bad spec: %v, want a usage error naming --shape", err)
-	}
-	if _, err := randomInputs("m", []string{"x:BYTES:1,2"}, "FP32"); err == nil {
-		t.Error("random BYTES built")
-	}
-	ins, err := randomInputs("multitype", nil, "FP32")
-	if err != nil || len(ins) != 2 || ins[0].String() == "" || ins[1].Validate() != nil {
-		t.Errorf("multitype: %v %v", ins, err)
 	}
 }
 
@@ -173,7 +159,7 @@ func TestInferRidesThroughBrokerRestart(t *testing.T) {
 		done <- result{code, out, errs}
 	}()
 	deadline := time.Now().Add(20 * time.Second)
-	for len(srv.Broker.QueueSnapshot("inferq.mlp").Waiting) < inferBatch {
+	for len(srv.Broker.QueueSnapshot("inferq.mlp").Waiting) < infer.Batch {
 		if time.Now().After(deadline) {
 			t.Fatal("infer sent nothing in 20 s")
 		}

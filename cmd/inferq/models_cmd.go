@@ -4,10 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"text/tabwriter"
 
 	"github.com/inferq/inferq/models/examples"
-	"github.com/inferq/inferq/tensor"
 )
 
 const modelsHelp = `Work with ONNX model files.
@@ -55,16 +53,5 @@ func (a *app) inspectModel(ortLib, path string) error {
 	if err != nil {
 		return err
 	}
-	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "KIND\tNAME\tDATATYPE\tSHAPE")
-	row := func(kind string, t tensor.TensorInfo) {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", kind, t.Name, t.Datatype(), tensor.FormatShape(t.Dims))
-	}
-	for _, t := range info.Inputs {
-		row("input", t)
-	}
-	for _, t := range info.Outputs {
-		row("output", t)
-	}
-	return tw.Flush()
+	return info.WriteTable(a.stdout)
 }

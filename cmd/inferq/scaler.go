@@ -102,15 +102,7 @@ func (a *app) scalerBroker(f configFlags) (models.Broker, error) {
 		}
 		return c.Broker, nil
 	}
-	var c models.Config
-	for _, ev := range envVars {
-		for _, name := range ev.names {
-			if v := a.getenv(name); v != "" {
-				ev.set(&c, v)
-				break
-			}
-		}
-	}
+	c := a.envConfig()
 	if f.broker != "" {
 		c.Broker.Address = f.broker
 	}

@@ -1,6 +1,6 @@
 //go:build faultinject
 
-package main
+package faultinject
 
 import (
 	"context"
@@ -13,9 +13,8 @@ import (
 	"github.com/inferq/inferq/tensor"
 )
 
-// faultHook, in a binary built with -tags faultinject only, makes the
-// process die (SIGKILL, no cleanup, like an OOM kill or a segfault in a
-// kernel) when a batch holds an item whose first FP32 input starts with the
+// Hook, in a binary built with -tags faultinject, makes the process die
+// (SIGKILL, no cleanup, like an OOM kill or a segfault in a kernel) when a batch holds an item whose first FP32 input starts with the
 // value of INFERQ_FAULT_CRASH_ON. Tests use it to prove that a crash counts
 // as an attempt. INFERQ_FAULT_RUN_DELAY (a Go duration) makes every batch
 // take that long more, like a model on a GPU: the chaos harness's fleet
@@ -23,7 +22,7 @@ import (
 // INFERQ_FAULT_SIM_LATENCY (BASE,PER_ROW, as bench's --sim-latency) puts
 // every instance on a simulated accelerator (batch.Simulate): each run
 // takes at least BASE + PER_ROW x rows, one at a time per instance.
-func faultHook(getenv func(string) string) func(batch.Runner) batch.Runner {
+func Hook(getenv func(string) string) func(batch.Runner) batch.Runner {
 	delay, _ := time.ParseDuration(getenv("INFERQ_FAULT_RUN_DELAY"))
 	v, err := strconv.ParseFloat(getenv("INFERQ_FAULT_CRASH_ON"), 32)
 	crash := err == nil
