@@ -18,6 +18,7 @@ import (
 	"github.com/inferq/inferq/models/examples"
 	"github.com/inferq/inferq/mq"
 	"github.com/inferq/inferq/runtime"
+	"github.com/inferq/inferq/shard"
 	"github.com/inferq/inferq/task"
 	"github.com/inferq/inferq/tensor"
 	"github.com/inferq/inferq/worker"
@@ -443,6 +444,12 @@ func (b *bencher) setup(ctx context.Context, m *benchModel, idle []*benchModel, 
 	srvSpec := serverSpec{
 		conn: b.conn, clientID: "inferq-bench-" + b.runID, busy: m, queue: queue, bs: bs,
 		idle: idle, servers: b.cfg.Servers, shards: b.cfg.QueueShards, log: log,
+	}
+	if b.cfg.Servers > 1 && b.cfg.QueueShards <= 1 {
+		// A fleet runs as the docs tell its operator (shard.ForFleet); its
+		// producers still send to the queue's own name, as producers that
+		// know nothing of shards do.
+		srvSpec.shards = shard.ForFleet(b.cfg.Servers)
 	}
 	switch mode {
 	case ModeDirect:

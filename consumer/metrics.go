@@ -45,6 +45,9 @@ type Metrics struct {
 	ProgressDrops prometheus.Counter       // inferq_progress_dropped_total
 	AlertDrops    prometheus.Counter       // inferq_alerts_dropped_total
 	SettleErrors  prometheus.Counter       // inferq_settle_errors_total
+	// Moved counts the messages of a queue's shard 0 its owner moved to
+	// another shard (a fleet on one plain queue, spread.go).
+	Moved *prometheus.CounterVec // inferq_queue_moved_total{queue}
 	// Sync inference: KubeMQ queries and Open Inference Protocol HTTP
 	// requests, by model and outcome (OutcomeSuccess, OutcomeFailure,
 	// OutcomeBadInput, OutcomeUnknownModel, OutcomeExpired).
@@ -87,6 +90,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		ProgressDrops: prometheus.NewCounter(prometheus.CounterOpts{Name: "inferq_progress_dropped_total", Help: "Progress events dropped because the publisher was behind or the broker away."}),
 		AlertDrops:    prometheus.NewCounter(prometheus.CounterOpts{Name: "inferq_alerts_dropped_total", Help: "DLQ alerts (event or webhook) that could not be delivered."}),
 		SettleErrors:  prometheus.NewCounter(prometheus.CounterOpts{Name: "inferq_settle_errors_total", Help: "Ack, NAck or ReQueue failures the broker reported."}),
+		Moved: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "inferq_queue_moved_total", Help: "Tasks this replica moved from a sharded queue's own channel (shard 0, where producers that know no shards send) to the shard with the most room, while other replicas serve the queue.",
+		}, []string{"queue"}),
 		Queries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "inferq_queries_total", Help: "Sync inference queries (KubeMQ) answered, by model and outcome.",
 		}, []string{"model", "outcome"}),
@@ -115,7 +121,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"model"}),
 	}
 	for _, c := range []prometheus.Collector{m.Tasks, m.Duration, m.BatchSize, m.Inflight, m.Retries, m.DLQ,
-		m.Unprocessable, m.QueueDepth, m.BrokerUp, m.ProgressDrops, m.AlertDrops, m.SettleErrors,
+		m.Unprocessable, m.QueueDepth, m.BrokerUp, m.ProgressDrops, m.AlertDrops, m.SettleErrors, m.Moved,
 		m.Queries, m.HTTPInfer, m.GRPCInfer, m.SyncDuration, m.InferSuccess, m.InferFailure, m.Compute, m.Pending} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

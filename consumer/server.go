@@ -246,6 +246,9 @@ type queue struct {
 	// split: a sharded queue's members are known and its shards split
 	// (runShards); until then the server is not ready.
 	split atomic.Bool
+	// spread moves shard 0's polls to the other shards while other
+	// replicas serve the queue (spread.go).
+	spread *spreader
 	// undecided counts its messages handed to intake and not yet
 	// admitted; room is told when they are, or when a pending request of
 	// its models starts or leaves (see waitQueueRoom).
@@ -262,7 +265,7 @@ type queue struct {
 // newQueue returns the queue called name over shards channels (1: the
 // queue alone), routing to no model yet.
 func newQueue(name string, shards int) *queue {
-	q := &queue{name: name, room: make(chan struct{}, 1)}
+	q := &queue{name: name, room: make(chan struct{}, 1), spread: &spreader{}}
 	for _, ch := range shard.Channels(name, shards) {
 		q.chans = append(q.chans, &channel{name: ch})
 	}
@@ -428,7 +431,11 @@ func (s *Server) newPoller(q *queue, ch *channel) (*mq.Poller, error) {
 	p, err := s.cfg.Broker.NewPoller(mq.PollerConfig{
 		Channel: ch.name,
 		Deliver: func(ctx context.Context, batch []*mq.Message) error {
-			taken, err := s.deliverWhenRoom(ctx, q, ch, batch)
+			deliver := s.deliverWhenRoom
+			if ch == q.chans[0] && len(q.chans) > 1 && q.spread.active() {
+				deliver = s.spread
+			}
+			taken, err := deliver(ctx, q, ch, batch)
 			s.refuse(ctx, batch[taken:], err)
 			return err
 		},

@@ -325,6 +325,34 @@ func (s *Server) settle(ctx context.Context, j *job) {
 	}
 }
 
+// moveTo sends a copy of each message of batch to channel (moved), in one
+// send retried like a settlement's (sendTries), and then acks them all:
+// shard 0's poll leaves in one settlement (spread). On an error nothing is
+// settled.
+func (s *Server) moveTo(ctx context.Context, batch []*mq.Message, channel string) error {
+	outs := make([]mq.OutMessage, len(batch))
+	for i, m := range batch {
+		outs[i] = moved(m, channel)
+	}
+	b := &backoff.ExponentialBackOff{InitialInterval: sendBackoff, RandomizationFactor: 0.2, Multiplier: 2, MaxInterval: 4 * sendBackoff}
+	_, err := backoff.Retry(ctx, func() (struct{}, error) {
+		err := s.sender.Send(ctx, outs...)
+		if err != nil && !retryable(err) {
+			return struct{}{}, backoff.Permanent(err)
+		}
+		return struct{}{}, err
+	}, backoff.WithBackOff(b), backoff.WithMaxTries(sendTries), backoff.WithMaxElapsedTime(0))
+	if err != nil {
+		return fmt.Errorf("consumer: move %d messages to %s: %w", len(batch), channel, err)
+	}
+	for _, m := range batch {
+		if err := m.Ack(); err != nil {
+			s.log.Warn("ack failed after the move; the task may run twice", "msg", m, "to", channel, "err", err)
+		}
+	}
+	return nil
+}
+
 // refuse ends the messages of a polled batch that intake did not take
 // (deliver stopped early with err): given back uncounted when ctx has ended
 // (a shutdown: they never ran), else NAcked.
@@ -452,6 +480,7 @@ const (
 // copies that a retry, a dead letter and an unprocessable forward send
 // before settle acks the message. *mq.Sender satisfies it.
 type resender interface {
+	Send(ctx context.Context, msgs ...mq.OutMessage) error
 	SendRetry(ctx context.Context, m *mq.Message, delay time.Duration, attempt int) error
 	SendCopy(ctx context.Context, m *mq.Message, channel string, extra map[string]string) error
 	SendDeadLetter(ctx context.Context, m *mq.Message, dlq, reason string, attempts int) error

@@ -100,6 +100,13 @@ func (s *Server) runShards(ctx context.Context, q *queue) {
 		if ready {
 			want = shard.Owned(m.Self(), m.Live(), len(q.chans))
 		}
+		// Shard 0's owner moves its polls to the other shards while
+		// other replicas serve the queue (spread.go).
+		if ready {
+			q.spread.set(m.Live(), len(q.chans))
+		} else {
+			q.spread.set(nil, len(q.chans))
+		}
 		if !slices.Equal(want, owned) {
 			s.log.Info("queue shards owned", "queue", q.name, "shards", want, "of", len(q.chans), "members", m.Live())
 			owned = want

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inferq/inferq/batch"
 	"github.com/inferq/inferq/consumer"
 	"github.com/inferq/inferq/mq"
 	"github.com/inferq/inferq/shard"
@@ -129,4 +130,76 @@ func TestNotReadyBeforeThePollersAnswer(t *testing.T) {
 			t.Errorf("%d shard(s): ready before Run", shards)
 		}
 	}
+}
+
+// fakeRunner runs a fakeBatcher's items as one batch, for a batch.Batcher.
+type fakeRunner struct{ f *fakeBatcher }
+
+func (r fakeRunner) RunBatch(_ context.Context, items []batch.Item) []batch.ItemResult {
+	res := make([]batch.ItemResult, len(items))
+	for i := range items {
+		res[i] = r.f.run(items[i])
+	}
+	return res
+}
+
+// simBatcher is a dynamic batcher over f on a simulated accelerator of
+// latency lat (batch.Simulate), running until the test ends.
+func simBatcher(t *testing.T, f *fakeBatcher, lat batch.Latency) *batch.Batcher {
+	t.Helper()
+	b, err := batch.New(batch.Config{Name: testModel, Policy: batch.Policy{MaxBatchSize: 8, MaxQueueDelay: time.Millisecond},
+		Runners: []batch.Runner{batch.Simulate(fakeRunner{f}, lat)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return b
+}
+
+// Two replicas on a sharded queue whose producers send to the queue's own
+// name (shard 0), as the Python adapter and kubemq-js do: the owner of
+// shard 0 moves its polls to the shards with room, so both replicas serve
+// the load (each at least a quarter of it), every task once, none lost.
+// Before, shard 0's owner ran them all and the other replica idled.
+func TestPlainQueueFleet(t *testing.T) {
+	forBrokers(t, func(t *testing.T, on brokerOpt) {
+		const shards, tasks = 4, 600
+		lat := batch.Latency{Base: 5 * time.Millisecond, PerRow: 500 * time.Microsecond}
+		firstRuns, secondRuns := newFakeBatcher(), newFakeBatcher()
+		sharded := func(cc *consumer.Config) { cc.QueueShards, cc.ShardBeat = shards, 50*time.Millisecond }
+		h := newHarness(t, on, withConfig(func(cc *consumer.Config) {
+			sharded(cc)
+			cc.Models[0].Batcher = simBatcher(t, firstRuns, lat)
+		}))
+		second := startPeer(t, h, simBatcher(t, secondRuns, lat), h.store, sharded)
+		waitFor(t, 20*time.Second, "the servers to split the shards", func() bool {
+			return ownedChannels(h.cons) == shards/2 && ownedChannels(second.srv) == shards/2
+		})
+		msgs := make([]mq.OutMessage, tasks)
+		for i := range msgs {
+			msgs[i] = h.taskMsg(fmt.Sprintf("p%d", i), testModel, 1, float32(i)) // to h.q: shard 0
+		}
+		h.sendMsg(msgs...)
+		for i := range tasks {
+			if r := h.record(fmt.Sprintf("p%d", i)); r.Status != task.StatusSuccess {
+				t.Fatalf("task p%d: %s %s", i, r.Status, r.Error)
+			}
+		}
+		first, other := firstRuns.total.Load(), secondRuns.total.Load()
+		t.Logf("runs: %d and %d of %d tasks", first, other, tasks)
+		if first+other != tasks {
+			t.Errorf("%d + %d runs for %d tasks: some ran twice or not at all", first, other, tasks)
+		}
+		if first < tasks/4 || other < tasks/4 {
+			t.Errorf("runs %d and %d: want each replica to serve at least a quarter of %d", first, other, tasks)
+		}
+		for i := range tasks {
+			if n := firstRuns.runsOf(float32(i)) + secondRuns.runsOf(float32(i)); n != 1 {
+				t.Errorf("task p%d ran %d times", i, n)
+			}
+		}
+	})
 }

@@ -52,6 +52,14 @@ func Pick(key string, n int) int {
 	return int(h.Sum32() % uint32(n))
 }
 
+// ForFleet is the shard count the docs tell a fleet operator to set
+// (serve --queue-shards) for up to replicas replicas: 8, or replicas + 1
+// when more. Shard 0's owner moves what producers that know no shards send
+// to the other shards (consumer's spreading), so a fleet needs at least
+// one shard more than replicas; a few more let a replica that owns several
+// run batches of each side by side.
+func ForFleet(replicas int) int { return min(max(8, replicas+1), Max) }
+
 // Validate checks a shard count from configuration.
 func Validate(n int) error {
 	if n < 1 || n > Max {

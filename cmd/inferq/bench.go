@@ -139,7 +139,7 @@ func registerBenchFlags(fs *pflag.FlagSet, c *bench.Config) {
 	fs.StringArrayVar(&c.Devices, "device", nil, "device to run on (cpu, cuda:0, ...); repeat for one row per device (default: the config's placement)")
 	fs.StringVar(&c.Broker, "broker", "", "KubeMQ gRPC address host:port (default: an embedded broker in this process)")
 	fs.IntVar(&c.Repeat, "repeat", 1, "samples per row; the table shows the median and the spread")
-	fs.IntVar(&c.QueueShards, "queue-shards", 1, "queue mode: spread the queue over this many shards (serve --queue-shards), the producers hashing task ids and each server polling the shards it owns")
+	fs.IntVar(&c.QueueShards, "queue-shards", 1, "queue mode: producers hash task ids over this many shards (as inferq's Go client does with the count); 1: they send to the queue's own name, as the Python adapter and kubemq-js do. The servers use this count, or with --servers above 1 and this at 1 the fleet's recommended count (8, or servers + 1)")
 	fs.Var(latencyFlag{&c.SimLatency}, "sim-latency", "BASE,PER_ROW: run every model on a simulated accelerator per server, each run taking at least BASE + PER_ROW x rows, one run at a time per instance (e.g. 40ms,400us: 65.6 ms for 64 rows); the model still runs and is checked, the rest is slept so the CPU stays free for the pipeline. Take BASE and PER_ROW from a real GPU's --modes direct at two batch sizes")
 	fs.IntVar(&c.Servers, "servers", 1, "inferq servers consuming the queue (queue, query, http and grpc modes; http and grpc spread requests over them), each with its own connection and poller")
 	fs.StringVar(&c.JSONPath, "json", "", "write every sample (with every latency) as JSON to FILE")
