@@ -245,10 +245,12 @@ func (h *HTTP) validate(top func(field, format string, args ...any)) {
 		if d.v < 0 {
 			top(d.field, "is %s; want a positive duration (0 takes the default)", d.v)
 		}
+		durAtMost(top, d.field, d.v, maxHTTPTimeoutBound, "")
 	}
 	if h.MaxConcurrentRequests < 0 {
 		top("http.max_concurrent_requests", "is %d; want at least 1 (0 takes the default %d)", h.MaxConcurrentRequests, DefaultHTTPMaxConcurrentRequests)
 	}
+	atMost(top, "http.max_concurrent_requests", int64(h.MaxConcurrentRequests), maxConcurrentRequestsBound, "each may hold a request body")
 	if h.AuthToken != "" && h.AuthTokenFile != "" {
 		top("http.auth_token", "and http.auth_token_file are both set; set one")
 	}

@@ -98,6 +98,9 @@ func (c CUDA) validate(bad func(field, format string, args ...any)) {
 	if c.GPUMemLimit < 0 {
 		bad("cuda.gpu_mem_limit", "must not be negative (0 means no limit), got %d", c.GPUMemLimit)
 	}
+	if c.GPUMemLimit > maxGPUMemBound {
+		bad("cuda.gpu_mem_limit", "must be at most %s, got %s", maxGPUMemBound, c.GPUMemLimit)
+	}
 	// Empty means the default: a Model built in Go without NewModel.
 	switch c.ArenaExtendStrategy {
 	case "", ArenaNextPowerOfTwo, ArenaSameAsRequested:

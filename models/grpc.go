@@ -70,6 +70,7 @@ func (g *GRPC) validate(top func(field, format string, args ...any)) {
 	if g.MaxConcurrentRequests < 0 {
 		top("grpc.max_concurrent_requests", "is %d; want at least 1 (0 takes the default %d)", g.MaxConcurrentRequests, DefaultHTTPMaxConcurrentRequests)
 	}
+	atMost(top, "grpc.max_concurrent_requests", int64(g.MaxConcurrentRequests), maxConcurrentRequestsBound, "each may hold a request body")
 	if (g.TLSCert == "") != (g.TLSKey == "") {
 		top("grpc.tls_cert", "and grpc.tls_key must be set together")
 	}

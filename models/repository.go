@@ -68,6 +68,7 @@ func (r *Repository) validate(top func(field, format string, args ...any)) {
 	if r.RepositoryPoll < 0 {
 		top("repository_poll", "must be positive, got %s", r.RepositoryPoll)
 	}
+	durAtMost(top, "repository_poll", r.RepositoryPoll, maxRepositoryPollBound, "")
 	if r.ModelRepository == "" && r.ModelControlMode != ControlNone && r.ModelControlMode != "" {
 		top("model_control_mode", "is %s but no model_repository is set", r.ModelControlMode)
 	}
