@@ -101,3 +101,20 @@ models:
 		t.Fatalf("Parse refused values at their bounds: %v", err)
 	}
 }
+
+// A repository model's version policy serves a bounded number of
+// versions, each a positive integer.
+func TestVersionPolicyBounds(t *testing.T) {
+	for _, tc := range []struct{ yaml, want string }{
+		{"version_policy: {latest: 65}", "version_policy.latest must be at most 64"},
+		{"version_policy: {specific: [" + strings.Repeat("1, ", 64) + "1]}", "version_policy.specific lists 65 versions; at most 64"},
+		{"version_policy: {specific: [0]}", "version_policy.specific: version 0"},
+	} {
+		if _, _, err := ParseModel([]byte(tc.yaml), "m", "m/1/model.onnx"); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error with %q", tc.yaml, err, tc.want)
+		}
+	}
+	if _, pol, err := ParseModel([]byte("version_policy: {latest: 64}"), "m", "m/1/model.onnx"); err != nil || pol.Latest != 64 {
+		t.Errorf("latest 64: %+v, %v", pol, err)
+	}
+}

@@ -143,7 +143,7 @@ func (m *SpoolMode) UnmarshalYAML(n *yaml.Node) error {
 		*m = SpoolMode(v)
 		return nil
 	}
-	return fmt.Errorf("line %d: results.spool is %q; want %s or %s", n.Line, v, SpoolDisk, SpoolMemory)
+	return fmt.Errorf("line %d: results.spool: want %s or %s", n.Line, SpoolDisk, SpoolMemory)
 }
 
 // Broker is how inferq reaches KubeMQ.
@@ -542,12 +542,17 @@ func (c *Config) SetDefaults() {
 
 // Parse decodes a YAML config, fills defaults and validates it. Unknown
 // fields are errors, so a typo does not silently fall back to a default.
+// data is at most MaxConfigBytes; errors name lines and fields, never the
+// values of the file.
 func Parse(data []byte) (*Config, error) {
+	if len(data) > MaxConfigBytes {
+		return nil, fmt.Errorf("models: parse config: %w", errTooLarge(int64(len(data))))
+	}
 	var c Config
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("models: parse config: %w", err)
+		return nil, fmt.Errorf("models: parse config: %w", decodeError(err))
 	}
 	c.SetDefaults()
 	if err := c.Validate(); err != nil {
@@ -556,10 +561,11 @@ func Parse(data []byte) (*Config, error) {
 	return &c, nil
 }
 
-// Load reads and parses the config file at path. Relative model paths are
-// taken relative to the current directory, as written.
+// Load reads (ReadConfigFile) and parses the config file at path.
+// Relative model paths are taken relative to the current directory, as
+// written.
 func Load(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := ReadConfigFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("models: read config: %w", err)
 	}
@@ -654,7 +660,7 @@ func checkKnownFields(n *yaml.Node, t reflect.Type) error {
 		k, v := n.Content[i], n.Content[i+1]
 		ft, ok := fields[k.Value]
 		if !ok {
-			return fmt.Errorf("line %d: field %s not found in type %s", k.Line, k.Value, t.Name())
+			return fmt.Errorf("line %d: field %s not found in type %s", k.Line, showKey(k.Value), t.Name())
 		}
 		if ft.Kind() == reflect.Struct && ft.PkgPath() != "" && !reflect.PointerTo(ft).Implements(unmarshalerType) {
 			if err := checkKnownFields(v, ft); err != nil {

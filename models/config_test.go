@@ -132,7 +132,7 @@ func TestValidateErrors(t *testing.T) {
 		{"trailing dot in dlq", "models: [{name: a, path: a.onnx, queue: q, dlq_queue: 'q.dlq.'}]", []string{`model "a": dlq_queue: "q.dlq." is not a channel name the broker keeps whole`}},
 		{"control character in queue", "models: [{name: a, path: a.onnx, queue: \"q\\x01\"}]", []string{`model "a": queue: "q\x01" is not a channel name the broker keeps whole`}},
 		{"dlq equals queue", "models: [{name: a, path: a.onnx, queue: q, dlq_queue: q}]", []string{`model "a": dlq_queue: the dead letter and unprocessable queues must differ`}},
-		{"bad device word", "models: [{name: a, path: a.onnx, device: tpu}]", []string{`"tpu" is not a device`}},
+		{"bad device word", "models: [{name: a, path: a.onnx, device: tpu}]", []string{`line 1: device: want auto, cpu, cuda or a list of GPU indexes`}},
 		{"negative gpu", "models: [{name: a, path: a.onnx, device: [-1]}]", []string{`model "a": device: GPU index -1 is negative`}},
 		{"duplicate gpu", "models: [{name: a, path: a.onnx, device: [1, 1]}]", []string{`model "a": device: GPU 1 is listed twice`}},
 		{"empty gpu list", "models: [{name: a, path: a.onnx, device: []}]", []string{`model "a": device: the GPU list is empty`}},
@@ -150,7 +150,7 @@ func TestValidateErrors(t *testing.T) {
 		{"negative aging", "models: [{name: a, path: a.onnx, batching: {priority_aging: -1s}}]", []string{`batching.priority_aging: must not be negative`}},
 		{"negative retries", "models: [{name: a, path: a.onnx, retries: {max_retries: -1}}]", []string{`model "a": retries.max_retries: must not be negative`}},
 		{"backoff max below initial", "models: [{name: a, path: a.onnx, retries: {backoff_initial: 10s, backoff_max: 1s}}]", []string{`retries.backoff_max: (1s) must be at least backoff_initial (10s)`}},
-		{"bare number duration", "models: [{name: a, path: a.onnx, timeout: 5}]", []string{`"5" is not a duration`}},
+		{"bare number duration", "models: [{name: a, path: a.onnx, timeout: 5}]", []string{`line 1: not a duration`}},
 		{"zero expiry", "models: [{name: a, path: a.onnx, result: {expiry: 0}}]", []string{`model "a": result.expiry: must be positive`}},
 		{"body too big", "models: [{name: a, path: a.onnx, limits: {max_body_bytes: 200000000}}]", []string{`limits.max_body_bytes: must be within`}},
 		// A body of the broker's whole gRPC limit could never be received
@@ -268,7 +268,7 @@ func TestResultsSpool(t *testing.T) {
 		{name: "disk, dir", yaml: "data_dir: /d\nresults: {spool: disk}\n", spool: SpoolDisk, dir: "/d"},
 		{name: "memory", yaml: "results: {spool: memory}\n", spool: SpoolMemory},
 		{name: "memory, dir for the journal", yaml: "data_dir: /d\nresults: {spool: memory}\n", spool: SpoolMemory, dir: "/d"},
-		{name: "unknown", yaml: "results: {spool: tape}\n", err: `results.spool is "tape"`},
+		{name: "unknown", yaml: "results: {spool: tape}\n", err: `line 1: results.spool: want disk or memory`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c, err := Parse([]byte(tt.yaml + model))

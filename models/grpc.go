@@ -50,7 +50,7 @@ func (g *GRPC) UnmarshalYAML(n *yaml.Node) error {
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k := n.Content[i].Value
 		if !slices.Contains(grpcFields, k) {
-			return fmt.Errorf("line %d: field %s not found in type models.GRPC", n.Content[i].Line, k)
+			return fmt.Errorf("line %d: field %s not found in type models.GRPC", n.Content[i].Line, showKey(k))
 		}
 		g.listenSet = g.listenSet || k == "listen"
 	}
