@@ -6,18 +6,19 @@ import (
 	"testing"
 )
 
-// Every numeric field has an upper bound beside its lower one: a value
-// past it is refused when the config loads, with the model, the field and
-// the bound named, instead of panicking in makechan or running out of
-// memory in the warm-up once the model loads (issue 27, item 1).
-func TestUpperBounds(t *testing.T) {
+// boundCases are configs with a value past its upper bound, with what the
+// error says (also FuzzParse's seeds).
+var boundCases = func() []struct {
+	name, yaml string
+	want       []string // substrings of the error, each must appear
+} {
 	const huge = "9000000000000000000"
 	model := func(fields string) string {
 		return "models: [{name: a, path: a.onnx, " + fields + "}]"
 	}
-	for _, tc := range []struct {
+	return []struct {
 		name, yaml string
-		want       []string // substrings of the error, each must appear
+		want       []string
 	}{
 		{"max_queue_size", model("batching: {max_queue_size: " + huge + "}"),
 			[]string{`model "a": batching.max_queue_size:`, "at most " + strconv.Itoa(maxQueueSizeBound)}},
@@ -59,7 +60,15 @@ func TestUpperBounds(t *testing.T) {
 		{"events_store_max_bytes", "broker: {events_store_max_bytes: " + huge + "}\n" + minimal,
 			[]string{"broker.events_store_max_bytes:", "at most " + strconv.FormatInt(maxEventsStoreBytesBound, 10)}},
 		{"repository_poll", "model_repository: /m\nrepository_poll: 25h\n", []string{"repository_poll:", "at most 24h0m0s"}},
-	} {
+	}
+}()
+
+// Every numeric field has an upper bound beside its lower one: a value
+// past it is refused when the config loads, with the model, the field and
+// the bound named, instead of panicking in makechan or running out of
+// memory in the warm-up once the model loads (issue 27, item 1).
+func TestUpperBounds(t *testing.T) {
+	for _, tc := range boundCases {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse([]byte(tc.yaml))
 			if err == nil {
