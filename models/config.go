@@ -264,7 +264,9 @@ func (h *HTTP) validate(top func(field, format string, args ...any)) {
 	}
 	checkFile("http.tls_cert", h.TLSCert)
 	checkFile("http.tls_key", h.TLSKey)
-	if h.AdvertiseURL != "" {
+	if len(h.AdvertiseURL) > maxAdvertiseURLBytes {
+		top("http.advertise_url", "is %d bytes long; the limit is %d", len(h.AdvertiseURL), maxAdvertiseURLBytes)
+	} else if h.AdvertiseURL != "" {
 		if err := checkAdvertiseURL(h.AdvertiseURL); err != nil {
 			top("http.advertise_url", "%q %v", h.AdvertiseURL, err)
 		}

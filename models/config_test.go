@@ -157,7 +157,7 @@ var validateErrorCases = []struct {
 	// A body of the broker's whole gRPC limit could never be received
 	// or sent again with its metadata and tags.
 	{"body at the gRPC limit", "models: [{name: a, path: a.onnx, limits: {max_body_bytes: 104857600}}]", []string{`model "a": limits.max_body_bytes: must be within 1..102760448 (the broker's 100 MiB gRPC message limit`}},
-	{"result at the gRPC limit", "models: [{name: a, path: a.onnx, result: {max_result_bytes: 104857600}}]", []string{`model "a": result.max_result_bytes: must be within 1..102760448`}},
+	{"result at the gRPC limit", "models: [{name: a, path: a.onnx, result: {max_result_bytes: 104857600}}]", []string{`model "a": result.max_result_bytes: must be within `, `..102760448 (the broker's 100 MiB gRPC message limit`}},
 	{"unknown top field", "modles: []", []string{"field modles not found"}},
 	{"unknown model field", "models: [{name: a, path: a.onnx, batch_size: 3}]", []string{"field batch_size not found"}},
 	{"unknown nested field", "models: [{name: a, path: a.onnx, batching: {max_batch: 3}}]", []string{"field max_batch not found"}},

@@ -116,10 +116,10 @@ func checkModelBounds(t *testing.T, m *Model) {
 	inDur(t, "retries.backoff_initial", m.Retries.BackoffInitial, 0, 12*time.Hour)
 	inDur(t, "retries.backoff_max", m.Retries.BackoffMax, 0, 12*time.Hour)
 	inDur(t, "result.expiry", m.Result.Expiry, 1, 12*time.Hour)
-	inInt(t, "result.max_result_bytes", int64(m.Result.MaxResultBytes), 1, maxPayloadBytes)
+	inInt(t, "result.max_result_bytes", int64(m.Result.MaxResultBytes), int64(MinResultBytes), maxPayloadBytes)
 	inDur(t, "timeout", m.Timeout, 0, 7*24*time.Hour)
-	inInt(t, "limits.max_body_bytes", int64(m.Limits.MaxBodyBytes), 1, maxPayloadBytes)
-	inInt(t, "limits.max_tensor_elements", m.Limits.MaxTensorElements, 1, maxPayloadBytes)
+	inInt(t, "limits.max_body_bytes", int64(m.Limits.MaxBodyBytes), int64(MinResultBytes), maxPayloadBytes)
+	inInt(t, "limits.max_tensor_elements", m.Limits.MaxTensorElements, int64(MinResultBytes), maxPayloadBytes)
 	inInt(t, "cuda.gpu_mem_limit", int64(m.CUDA.GPUMemLimit), 0, 1<<40)
 	for _, g := range m.Device.GPUs {
 		inInt(t, "device", int64(g), 0, 255)

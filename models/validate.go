@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 	"unicode"
+
+	"github.com/inferq/inferq/task"
 )
 
 // Upper bounds of the numeric fields: what one process can afford, so that
@@ -61,6 +63,31 @@ const (
 	queueSizeWhy     = "the batcher allocates its queue up front"
 	brokerSecondsWhy = "43200 s, the broker's longest"
 )
+
+// Bounds of what a reference record carries besides its task id
+// (task.MaxNameBytes): the host name, the record's worker (Linux's
+// HOST_NAME_MAX), and http.advertise_url, its result_ref's prefix.
+const (
+	maxHostNameBytes     = 64
+	maxAdvertiseURLBytes = 512
+)
+
+// MinResultBytes is the least result.max_result_bytes that works: the
+// size of the largest reference record (task.Record.Reference), which the
+// broker gets instead of a record over the limit, for the longest task id,
+// host name and advertise_url and the most attempts. Below it a task
+// whose result is large succeeds and its record cannot be sent at all.
+var MinResultBytes = referenceBytes()
+
+func referenceBytes() int {
+	id := strings.Repeat("i", task.MaxNameBytes)
+	at := time.Date(9999, 12, 31, 23, 59, 59, 999999000, time.UTC)
+	rec := &task.Record{TaskID: id, Status: task.StatusSuccess, CreatedAt: at, CompletedAt: at,
+		Attempts: -1 << 63, Worker: strings.Repeat("h", maxHostNameBytes)}
+	base := "https://" + strings.Repeat("a", maxAdvertiseURLBytes-len("https://"))
+	body, _ := rec.Reference(task.ResultRef(base, id)).Encode()
+	return len(body)
+}
 
 // atMost reports v over hi through bad as "must be at most hi (why), got v".
 func atMost(bad func(field, format string, args ...any), field string, v, hi int64, why string) {
@@ -258,8 +285,12 @@ func (m *Model) validate(bad func(field, format string, args ...any)) {
 		bad("result.expiry", "must be positive, got %s", m.Result.Expiry)
 	}
 	durAtMost(bad, "result.expiry", m.Result.Expiry, maxBrokerSeconds, brokerSecondsWhy+" expiration")
-	if m.Result.MaxResultBytes < 1 || m.Result.MaxResultBytes > maxPayloadBytes {
-		bad("result.max_result_bytes", "must be within 1..%d (%s), got %d", maxPayloadBytes, payloadWhy, m.Result.MaxResultBytes)
+	switch {
+	case m.Result.MaxResultBytes < MinResultBytes:
+		bad("result.max_result_bytes", "must be at least %d, the size of the largest reference record (the record with result_ref the broker gets instead of a larger one), got %d",
+			MinResultBytes, m.Result.MaxResultBytes)
+	case m.Result.MaxResultBytes > maxPayloadBytes:
+		bad("result.max_result_bytes", "must be within %d..%d (%s), got %d", MinResultBytes, maxPayloadBytes, payloadWhy, m.Result.MaxResultBytes)
 	}
 	if m.Timeout < 0 {
 		bad("timeout", "must not be negative, got %s", m.Timeout)
