@@ -417,9 +417,9 @@ func TestImageConfigNamesTheToken(t *testing.T) {
 }
 
 // The result spool is on disk, in a directory the pod can write although
-// its root file system is read-only: data_dir is the mount of the
-// StatefulSet's per-pod persistent volume (volumeClaimTemplates), not of a
-// volume that dies with the pod, and that volume holds a full spool.
+// its root file system is read-only: data_dir is on the StatefulSet's
+// per-pod persistent volume (volumeClaimTemplates), not on a volume that
+// dies with the pod, below its root, and that volume holds a full spool.
 func TestSpoolOnTheDataVolume(t *testing.T) {
 	cm := manifests(t)["ConfigMap"]
 	data, _ := get(t, cm, "data", "inferq.yaml").(string)
@@ -432,14 +432,22 @@ func TestSpoolOnTheDataVolume(t *testing.T) {
 	}
 	sts := manifests(t)["StatefulSet"]
 	pod := get(t, sts, "spec", "template", "spec")
-	var volume string
+	var volume, mount string
 	for _, m := range get(t, pod, "containers", 0, "volumeMounts").([]any) {
-		if get(t, m, "mountPath") == c.DataDir && get(t, m, "readOnly") != true {
+		mp, _ := get(t, m, "mountPath").(string)
+		if (mp == c.DataDir || strings.HasPrefix(c.DataDir, mp+"/")) && get(t, m, "readOnly") != true {
 			volume, _ = get(t, m, "name").(string)
+			mount = mp
 		}
 	}
 	if volume == "" {
-		t.Fatalf("data_dir %s is not a writable volume mount of the StatefulSet", c.DataDir)
+		t.Fatalf("data_dir %s is not on a writable volume mount of the StatefulSet", c.DataDir)
+	}
+	// With fsGroup the kubelet makes the volume's root group-writable,
+	// which inferq refuses for a data_dir (issue 27 item 3): data_dir is a
+	// directory below it that inferq creates 0700.
+	if get(t, pod, "securityContext", "fsGroup") != nil && c.DataDir == mount {
+		t.Errorf("data_dir %s is the root of a volume mounted with fsGroup (group-writable, refused): want a subdirectory", c.DataDir)
 	}
 	vols, _ := get(t, pod, "volumes").([]any)
 	for _, v := range vols {
@@ -582,5 +590,237 @@ func TestScaledObjectUsesTheScaler(t *testing.T) {
 	}
 	if config != "" && !mounted {
 		t.Errorf("the scaler's --config=%s is not in its config volume's mount", config)
+	}
+}
+
+// workloads are the manifests with a pod template, by key.
+func workloads(t *testing.T) map[string]obj {
+	t.Helper()
+	out := map[string]obj{}
+	for k, o := range manifests(t) {
+		if get(t, o, "spec", "template", "spec") != nil {
+			out[k] = o
+		}
+	}
+	if len(out) < 2 {
+		t.Fatalf("workloads %v, want the StatefulSet and the scaler's Deployment", out)
+	}
+	return out
+}
+
+// Every pod passes Pod Security "restricted" (issue 27 item 7): seccomp
+// RuntimeDefault, non-root, no privilege escalation, every capability
+// dropped, the volume types it allows, no host namespaces or ports; and
+// no service account token, which neither inferq nor its scaler uses.
+func TestPodSecurityRestricted(t *testing.T) {
+	allowedVolumes := []string{"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret"}
+	for key, w := range workloads(t) {
+		pod := get(t, w, "spec", "template", "spec").(obj)
+		psc, _ := get(t, pod, "securityContext").(obj)
+		if get(t, pod, "automountServiceAccountToken") != false {
+			t.Errorf("%s: automountServiceAccountToken %v, want false", key, get(t, pod, "automountServiceAccountToken"))
+		}
+		for _, host := range []string{"hostNetwork", "hostPID", "hostIPC", "hostUsers"} {
+			if v := pod[host]; v == true {
+				t.Errorf("%s: %s is set", key, host)
+			}
+		}
+		if uid, ok := get(t, psc, "runAsUser").(int); ok && uid == 0 {
+			t.Errorf("%s: pod runAsUser 0", key)
+		}
+		for _, v := range get(t, pod, "volumes").([]any) {
+			var kinds []string
+			for k := range v.(obj) {
+				if k != "name" {
+					kinds = append(kinds, k)
+				}
+			}
+			if len(kinds) != 1 || !slices.Contains(allowedVolumes, kinds[0]) {
+				t.Errorf("%s: volume %v of type %v, restricted allows %v", key, get(t, v, "name"), kinds, allowedVolumes)
+			}
+		}
+		var containers []any
+		for _, f := range []string{"initContainers", "containers", "ephemeralContainers"} {
+			if l, ok := pod[f].([]any); ok {
+				containers = append(containers, l...)
+			}
+		}
+		for _, c := range containers {
+			name := get(t, c, "name")
+			csc, _ := get(t, c, "securityContext").(obj)
+			pick := func(field string) any { // the container's setting, else the pod's
+				if v, ok := csc[field]; ok {
+					return v
+				}
+				return psc[field]
+			}
+			if get(t, pick("seccompProfile"), "type") != "RuntimeDefault" {
+				t.Errorf("%s/%v: seccompProfile %v, want type RuntimeDefault", key, name, pick("seccompProfile"))
+			}
+			if pick("runAsNonRoot") != true {
+				t.Errorf("%s/%v: runAsNonRoot is not true", key, name)
+			}
+			if uid, ok := csc["runAsUser"].(int); ok && uid == 0 {
+				t.Errorf("%s/%v: runAsUser 0", key, name)
+			}
+			if csc["allowPrivilegeEscalation"] != false {
+				t.Errorf("%s/%v: allowPrivilegeEscalation %v, want false", key, name, csc["allowPrivilegeEscalation"])
+			}
+			if csc["privileged"] == true {
+				t.Errorf("%s/%v: privileged", key, name)
+			}
+			drop, _ := get(t, csc, "capabilities", "drop").([]any)
+			if !slices.Contains(drop, any("ALL")) {
+				t.Errorf("%s/%v: capabilities.drop %v, want ALL", key, name, drop)
+			}
+			if add, _ := get(t, csc, "capabilities", "add").([]any); len(add) > 0 && !slices.Equal(add, []any{"NET_BIND_SERVICE"}) {
+				t.Errorf("%s/%v: capabilities.add %v", key, name, add)
+			}
+			ports, _ := get(t, c, "ports").([]any)
+			for _, p := range ports {
+				if get(t, p, "hostPort") != nil {
+					t.Errorf("%s/%v: hostPort %v", key, name, get(t, p, "hostPort"))
+				}
+			}
+		}
+	}
+}
+
+// A container with a read-only root file system has a writable /tmp
+// (an emptyDir): the broker TLS bridge makes its socket there
+// ("mq: tls bridge: stat ...: no such file or directory" at start).
+func TestWritableTmp(t *testing.T) {
+	for key, w := range workloads(t) {
+		pod := get(t, w, "spec", "template", "spec")
+		emptyDirs := map[any]bool{}
+		for _, v := range get(t, pod, "volumes").([]any) {
+			if get(t, v, "emptyDir") != nil {
+				emptyDirs[get(t, v, "name")] = true
+			}
+		}
+		for _, c := range get(t, pod, "containers").([]any) {
+			if get(t, c, "securityContext", "readOnlyRootFilesystem") != true {
+				continue
+			}
+			var tmp bool
+			mounts, _ := get(t, c, "volumeMounts").([]any)
+			for _, m := range mounts {
+				if get(t, m, "mountPath") == "/tmp" && get(t, m, "readOnly") != true && emptyDirs[get(t, m, "name")] {
+					tmp = true
+				}
+			}
+			if !tmp {
+				t.Errorf("%s/%v: read-only root file system without a writable emptyDir at /tmp", key, get(t, c, "name"))
+			}
+		}
+	}
+}
+
+// KEDA owns the replica count of what it scales: a replicas field there
+// would reset it on every kubectl apply.
+func TestNoReplicasWhereKEDAScales(t *testing.T) {
+	all := manifests(t)
+	ref := get(t, all["ScaledObject"], "spec", "scaleTargetRef").(obj)
+	var target obj
+	for _, o := range all {
+		if o["kind"] == ref["kind"] && get(t, o, "metadata", "name") == ref["name"] {
+			target = o
+		}
+	}
+	if target == nil {
+		t.Fatalf("no %v %v among the manifests", ref["kind"], ref["name"])
+	}
+	if r, ok := get(t, target, "spec").(obj)["replicas"]; ok {
+		t.Errorf("%v %v sets replicas: %v; KEDA owns the count", ref["kind"], ref["name"], r)
+	}
+}
+
+// dockerStages splits a Dockerfile into its stages by name ("" for an
+// unnamed one), each with its base image and lines.
+func dockerStages(t *testing.T, path string) (names []string, base map[string]string, lines map[string][]string) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, lines = map[string]string{}, map[string][]string{}
+	cur := ""
+	for _, l := range strings.Split(string(data), "\n") {
+		f := strings.Fields(l)
+		if len(f) >= 2 && f[0] == "FROM" {
+			cur = ""
+			if len(f) >= 4 && strings.EqualFold(f[2], "AS") {
+				cur = f[3]
+			}
+			names = append(names, cur)
+			base[cur] = f[1]
+			continue
+		}
+		lines[cur] = append(lines[cur], l)
+	}
+	return names, base, lines
+}
+
+// The scaler runs on a small CPU image of its own (Dockerfile.cuda's
+// scaler stage): not the multi-GB CUDA image, whose defaults may expose
+// every GPU of the node to it; the default build is still the CUDA image.
+func TestScalerImage(t *testing.T) {
+	all := manifests(t)
+	dep, sts := all["inferq-scaler/Deployment"], all["StatefulSet"]
+	scalerImage, _ := get(t, dep, "spec", "template", "spec", "containers", 0, "image").(string)
+	if scalerImage == "" || scalerImage == get(t, sts, "spec", "template", "spec", "containers", 0, "image") {
+		t.Errorf("the scaler runs image %q, the worker's", scalerImage)
+	}
+	names, base, lines := dockerStages(t, "../Dockerfile.cuda")
+	if !slices.Contains(names, "scaler") {
+		t.Fatalf("Dockerfile.cuda has no scaler stage (stages %v)", names)
+	}
+	if b := strings.ToLower(base["scaler"]); strings.Contains(b, "cuda") || strings.Contains(b, "nvidia") || strings.Contains(b, "$") {
+		t.Errorf("the scaler stage is built FROM %s; want a small CPU base image, named", base["scaler"])
+	}
+	var entry bool
+	for _, l := range lines["scaler"] {
+		if strings.Contains(l, "NVIDIA_") || strings.Contains(l, "CUDA_") {
+			t.Errorf("the scaler stage sets GPU variables: %s", l)
+		}
+		entry = entry || strings.HasPrefix(l, "ENTRYPOINT ") && strings.Contains(l, `"scaler"`)
+		if strings.HasPrefix(l, "USER ") && !strings.Contains(l, "10001") {
+			t.Errorf("the scaler stage runs as %s", l)
+		}
+	}
+	if !entry {
+		t.Error("the scaler stage's ENTRYPOINT does not run inferq scaler")
+	}
+	if last := names[len(names)-1]; !strings.Contains(strings.ToLower(base[last]), "cuda") {
+		t.Errorf("the last stage (the default build) is FROM %s, want the CUDA image", base[last])
+	}
+	c := get(t, dep, "spec", "template", "spec", "containers", 0)
+	env, _ := get(t, c, "env").([]any)
+	for _, e := range env {
+		if n, _ := get(t, e, "name").(string); strings.HasPrefix(n, "NVIDIA_") || strings.HasPrefix(n, "CUDA_") {
+			t.Errorf("the scaler's container sets %s", n)
+		}
+	}
+	if get(t, c, "resources", "limits", "nvidia.com/gpu") != nil || get(t, dep, "spec", "template", "spec", "runtimeClassName") != nil {
+		t.Error("the scaler asks for a GPU or the NVIDIA runtime")
+	}
+}
+
+// The build context leaves out what the image does not need: .git, the
+// 44 MB lib/, builds, data.
+func TestDockerignore(t *testing.T) {
+	data, err := os.ReadFile("../.dockerignore")
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]bool{}
+	for _, l := range strings.Split(string(data), "\n") {
+		l = strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(l), "/"), "/")
+		have[l] = true
+	}
+	for _, want := range []string{".git", "lib", "bin", "data", "dist", "tmp"} {
+		if !have[want] {
+			t.Errorf(".dockerignore does not leave out %s", want)
+		}
 	}
 }

@@ -48,17 +48,26 @@ type Lock struct {
 	f   *os.File
 }
 
-// Acquire creates dir if needed and takes its lock without waiting: when
-// another process (or another Lock in this one) holds it, the error is a
-// *LockedError naming dir and, if the lock file says, the holder's pid.
+// Acquire creates dir if needed (DirMode) and takes its lock without
+// waiting: when another process (or another Lock in this one) holds it,
+// the error is a *LockedError naming dir and, if the lock file says, the
+// holder's pid. It first refuses dir, or a directory directly in it, that
+// group or others may write or another user owns, and a symlink directly
+// in it (CheckDir); the lock file is opened with OpenFile (never through a
+// symlink) and kept FileMode.
 func Acquire(dir string) (*Lock, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, DirMode); err != nil {
 		return nil, fmt.Errorf("datadir: %w", err)
 	}
-	path := filepath.Join(dir, LockFile)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err := checkTree(dir); err != nil {
+		return nil, err
+	}
+	f, err := OpenFile(dir, LockFile, os.O_RDWR|os.O_CREATE)
 	if err != nil {
-		return nil, fmt.Errorf("datadir: lock %s: %w", dir, err)
+		return nil, err // names the lock file
+	}
+	if fi, err := f.Stat(); err == nil && fi.Mode().Perm() != FileMode {
+		_ = f.Chmod(FileMode) // created 0644 by an older version
 	}
 	busy, err := tryLock(f)
 	if err != nil {

@@ -143,7 +143,7 @@ func (m *SpoolMode) UnmarshalYAML(n *yaml.Node) error {
 		*m = SpoolMode(v)
 		return nil
 	}
-	return fmt.Errorf("line %d: results.spool is %q; want %s or %s", n.Line, v, SpoolDisk, SpoolMemory)
+	return fmt.Errorf("line %d: results.spool: want %s or %s", n.Line, SpoolDisk, SpoolMemory)
 }
 
 // Broker is how inferq reaches KubeMQ.
@@ -245,10 +245,12 @@ func (h *HTTP) validate(top func(field, format string, args ...any)) {
 		if d.v < 0 {
 			top(d.field, "is %s; want a positive duration (0 takes the default)", d.v)
 		}
+		durAtMost(top, d.field, d.v, maxHTTPTimeoutBound, "")
 	}
 	if h.MaxConcurrentRequests < 0 {
 		top("http.max_concurrent_requests", "is %d; want at least 1 (0 takes the default %d)", h.MaxConcurrentRequests, DefaultHTTPMaxConcurrentRequests)
 	}
+	atMost(top, "http.max_concurrent_requests", int64(h.MaxConcurrentRequests), maxConcurrentRequestsBound, "each may hold a request body")
 	if h.AuthToken != "" && h.AuthTokenFile != "" {
 		top("http.auth_token", "and http.auth_token_file are both set; set one")
 	}
@@ -262,7 +264,9 @@ func (h *HTTP) validate(top func(field, format string, args ...any)) {
 	}
 	checkFile("http.tls_cert", h.TLSCert)
 	checkFile("http.tls_key", h.TLSKey)
-	if h.AdvertiseURL != "" {
+	if len(h.AdvertiseURL) > maxAdvertiseURLBytes {
+		top("http.advertise_url", "is %d bytes long; the limit is %d", len(h.AdvertiseURL), maxAdvertiseURLBytes)
+	} else if h.AdvertiseURL != "" {
 		if err := checkAdvertiseURL(h.AdvertiseURL); err != nil {
 			top("http.advertise_url", "%q %v", h.AdvertiseURL, err)
 		}
@@ -540,12 +544,17 @@ func (c *Config) SetDefaults() {
 
 // Parse decodes a YAML config, fills defaults and validates it. Unknown
 // fields are errors, so a typo does not silently fall back to a default.
+// data is at most MaxConfigBytes; errors name lines and fields, never the
+// values of the file.
 func Parse(data []byte) (*Config, error) {
+	if len(data) > MaxConfigBytes {
+		return nil, fmt.Errorf("models: parse config: %w", errTooLarge(int64(len(data))))
+	}
 	var c Config
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("models: parse config: %w", err)
+		return nil, fmt.Errorf("models: parse config: %w", decodeError(err))
 	}
 	c.SetDefaults()
 	if err := c.Validate(); err != nil {
@@ -554,10 +563,11 @@ func Parse(data []byte) (*Config, error) {
 	return &c, nil
 }
 
-// Load reads and parses the config file at path. Relative model paths are
-// taken relative to the current directory, as written.
+// Load reads (ReadConfigFile) and parses the config file at path.
+// Relative model paths are taken relative to the current directory, as
+// written.
 func Load(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := ReadConfigFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("models: read config: %w", err)
 	}
@@ -652,7 +662,7 @@ func checkKnownFields(n *yaml.Node, t reflect.Type) error {
 		k, v := n.Content[i], n.Content[i+1]
 		ft, ok := fields[k.Value]
 		if !ok {
-			return fmt.Errorf("line %d: field %s not found in type %s", k.Line, k.Value, t.Name())
+			return fmt.Errorf("line %d: field %s not found in type %s", k.Line, showKey(k.Value), t.Name())
 		}
 		if ft.Kind() == reflect.Struct && ft.PkgPath() != "" && !reflect.PointerTo(ft).Implements(unmarshalerType) {
 			if err := checkKnownFields(v, ft); err != nil {

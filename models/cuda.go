@@ -70,7 +70,7 @@ func (c *CUDA) UnmarshalYAML(n *yaml.Node) error {
 		k, val := n.Content[i], n.Content[i+1]
 		f, ok := fields[k.Value]
 		if !ok {
-			return fmt.Errorf("line %d: field %s not found in type CUDA", k.Line, k.Value)
+			return fmt.Errorf("line %d: field %s not found in type CUDA", k.Line, showKey(k.Value))
 		}
 		if err := val.Decode(f.Addr().Interface()); err != nil {
 			return fmt.Errorf("cuda.%s: %w", k.Value, err)
@@ -97,6 +97,9 @@ func (c *CUDA) normalize() {
 func (c CUDA) validate(bad func(field, format string, args ...any)) {
 	if c.GPUMemLimit < 0 {
 		bad("cuda.gpu_mem_limit", "must not be negative (0 means no limit), got %d", c.GPUMemLimit)
+	}
+	if c.GPUMemLimit > maxGPUMemBound {
+		bad("cuda.gpu_mem_limit", "must be at most %s, got %s", maxGPUMemBound, c.GPUMemLimit)
 	}
 	// Empty means the default: a Model built in Go without NewModel.
 	switch c.ArenaExtendStrategy {
@@ -150,8 +153,8 @@ func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
 		return fmt.Errorf("line %d: want a size such as 2GiB", n.Line)
 	}
 	v, err := ParseByteSize(n.Value)
-	if err != nil {
-		return fmt.Errorf("line %d: %w", n.Line, err)
+	if err != nil { // not quoting the value: see decodeError
+		return fmt.Errorf("line %d: not a size: want bytes, or a number with a unit such as 512MiB or 2GiB", n.Line)
 	}
 	*b = v
 	return nil

@@ -62,7 +62,7 @@ func TestCUDAValidate(t *testing.T) {
 		field string // in the error
 	}{
 		{"gpu_mem_limit: -1", "cuda.gpu_mem_limit: must not be negative"},
-		{"gpu_mem_limit: lots", `"lots" is not a size`},
+		{"gpu_mem_limit: lots", `line 5: not a size`},
 		{"gpu_mem_limit: [1]", "want a size"},
 		{"arena_extend_strategy: grow", `cuda.arena_extend_strategy: "grow" is not kNextPowerOfTwo or kSameAsRequested`},
 		{"cudnn_conv_algo_search: fast", `cuda.cudnn_conv_algo_search: "FAST" is not EXHAUSTIVE, HEURISTIC or DEFAULT`},

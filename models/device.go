@@ -62,16 +62,16 @@ func (d *Device) UnmarshalYAML(n *yaml.Node) error {
 			*d = Device{Kind: DeviceList, GPUs: []int{i}}
 			return nil
 		}
-		return fmt.Errorf("line %d: %q is not a device: want auto, cpu, cuda or a list of GPU indexes such as [0, 1]", n.Line, n.Value)
+		return fmt.Errorf("line %d: device: want auto, cpu, cuda or a list of GPU indexes such as [0, 1]", n.Line)
 	case yaml.SequenceNode:
 		var gpus []int
 		if err := n.Decode(&gpus); err != nil {
-			return fmt.Errorf("line %d: device list must hold GPU indexes such as [0, 1]", n.Line)
+			return fmt.Errorf("line %d: device: a list must hold GPU indexes such as [0, 1]", n.Line)
 		}
 		*d = Device{Kind: DeviceList, GPUs: gpus}
 		return nil
 	}
-	return fmt.Errorf("line %d: want auto, cpu, cuda or a list of GPU indexes", n.Line)
+	return fmt.Errorf("line %d: device: want auto, cpu, cuda or a list of GPU indexes", n.Line)
 }
 
 // MarshalYAML writes d as it is read.

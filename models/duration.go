@@ -22,7 +22,7 @@ func (d Duration) String() string { return time.Duration(d).String() }
 // UnmarshalYAML parses a duration string.
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind != yaml.ScalarNode {
-		return fmt.Errorf("line %d: want a duration such as 500ms or 2s", n.Line)
+		return fmt.Errorf("line %d: not a duration: want one such as 500ms or 2s", n.Line)
 	}
 	s := strings.TrimSpace(n.Value)
 	if s == "0" {
@@ -31,7 +31,7 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	}
 	v, err := time.ParseDuration(s)
 	if err != nil {
-		return fmt.Errorf("line %d: %q is not a duration: want a number with a unit, such as 500ms, 2s or 1h", n.Line, n.Value)
+		return fmt.Errorf("line %d: not a duration: want a number with a unit, such as 500ms, 2s or 1h", n.Line)
 	}
 	*d = Duration(v)
 	return nil

@@ -50,7 +50,7 @@ func (g *GRPC) UnmarshalYAML(n *yaml.Node) error {
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k := n.Content[i].Value
 		if !slices.Contains(grpcFields, k) {
-			return fmt.Errorf("line %d: field %s not found in type models.GRPC", n.Content[i].Line, k)
+			return fmt.Errorf("line %d: field %s not found in type models.GRPC", n.Content[i].Line, showKey(k))
 		}
 		g.listenSet = g.listenSet || k == "listen"
 	}
@@ -70,6 +70,7 @@ func (g *GRPC) validate(top func(field, format string, args ...any)) {
 	if g.MaxConcurrentRequests < 0 {
 		top("grpc.max_concurrent_requests", "is %d; want at least 1 (0 takes the default %d)", g.MaxConcurrentRequests, DefaultHTTPMaxConcurrentRequests)
 	}
+	atMost(top, "grpc.max_concurrent_requests", int64(g.MaxConcurrentRequests), maxConcurrentRequestsBound, "each may hold a request body")
 	if (g.TLSCert == "") != (g.TLSKey == "") {
 		top("grpc.tls_cert", "and grpc.tls_key must be set together")
 	}

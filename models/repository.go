@@ -21,6 +21,10 @@ const (
 	ControlExplicit = ControlMode("explicit")
 )
 
+// maxVersionsBound bounds the versions of a model a version policy
+// serves (version_policy.latest, the length of version_policy.specific).
+const maxVersionsBound = 64
+
 // DefaultRepositoryPoll is repository_poll's default.
 const DefaultRepositoryPoll = Duration(15 * time.Second)
 
@@ -51,7 +55,7 @@ func (m *ControlMode) UnmarshalYAML(n *yaml.Node) error {
 		*m = ControlMode(v)
 		return nil
 	}
-	return fmt.Errorf("line %d: model_control_mode is %q; want %s, %s or %s", n.Line, v, ControlNone, ControlPoll, ControlExplicit)
+	return fmt.Errorf("line %d: model_control_mode: want %s, %s or %s", n.Line, ControlNone, ControlPoll, ControlExplicit)
 }
 
 // SetDefaults fills the control mode (none) and the poll interval.
@@ -68,6 +72,7 @@ func (r *Repository) validate(top func(field, format string, args ...any)) {
 	if r.RepositoryPoll < 0 {
 		top("repository_poll", "must be positive, got %s", r.RepositoryPoll)
 	}
+	durAtMost(top, "repository_poll", r.RepositoryPoll, maxRepositoryPollBound, "")
 	if r.ModelRepository == "" && r.ModelControlMode != ControlNone && r.ModelControlMode != "" {
 		top("model_control_mode", "is %s but no model_repository is set", r.ModelControlMode)
 	}
@@ -86,29 +91,37 @@ type VersionPolicy struct {
 // models: entry, plus version_policy; unknown fields are errors) into the
 // model called name at path, fills its defaults and validates it. The
 // file must not set a name or path other than those the layout implies.
+// data is at most MaxConfigBytes (ReadConfigFile reads it so); errors name
+// lines and fields, never the values of the file.
 func ParseModel(data []byte, name, path string) (Model, VersionPolicy, error) {
 	m, pol := NewModel(name), VersionPolicy{}
+	fail := func(err error) (Model, VersionPolicy, error) {
+		return Model{}, pol, fmt.Errorf("model %q: config.yaml: %w", name, err)
+	}
+	if len(data) > MaxConfigBytes {
+		return fail(errTooLarge(int64(len(data))))
+	}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return Model{}, pol, fmt.Errorf("model %q: config.yaml: %w", name, err)
+		return fail(decodeError(err))
 	}
 	if len(doc.Content) == 1 {
 		body := doc.Content[0]
 		if err := takePolicy(body, &pol); err != nil {
-			return Model{}, pol, fmt.Errorf("model %q: config.yaml: %w", name, err)
+			return fail(decodeError(err))
 		}
 		if err := body.Decode(&m); err != nil {
-			return Model{}, pol, fmt.Errorf("model %q: config.yaml: %w", name, err)
+			return fail(decodeError(err))
 		}
 	}
 	if m.Name == "" { // not in the file (Model.UnmarshalYAML starts from NewModel(""))
 		m.Name = name
 	}
 	if m.Name != name {
-		return Model{}, pol, fmt.Errorf("model %q: config.yaml: name is %q; the directory names the model", name, m.Name)
+		return fail(errors.New("name is set to another name; the directory names the model"))
 	}
 	if m.Path != "" && m.Path != path {
-		return Model{}, pol, fmt.Errorf("model %q: config.yaml: path is set; the repository layout gives it (<model>/<version>/model.onnx)", name)
+		return fail(errors.New("path is set; the repository layout gives it (<model>/<version>/model.onnx)"))
 	}
 	m.Path = path
 	return m, pol, CheckModel(&m)
@@ -134,8 +147,17 @@ func takePolicy(n *yaml.Node, pol *VersionPolicy) error {
 		switch {
 		case pol.Latest < 0:
 			return fmt.Errorf("line %d: version_policy.latest must be at least 1, got %d", v.Line, pol.Latest)
+		case pol.Latest > maxVersionsBound:
+			return fmt.Errorf("line %d: version_policy.latest must be at most %d (each version served is loaded), got %d", v.Line, maxVersionsBound, pol.Latest)
+		case len(pol.Specific) > maxVersionsBound:
+			return fmt.Errorf("line %d: version_policy.specific lists %d versions; at most %d (each version served is loaded)", v.Line, len(pol.Specific), maxVersionsBound)
 		case pol.Latest > 0 && len(pol.Specific) > 0:
 			return fmt.Errorf("line %d: version_policy: set latest or specific, not both", v.Line)
+		}
+		for _, n := range pol.Specific {
+			if n < 1 {
+				return fmt.Errorf("line %d: version_policy.specific: version %d: versions are positive integers", v.Line, n)
+			}
 		}
 		return nil
 	}

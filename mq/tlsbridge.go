@@ -46,17 +46,23 @@ type tlsBridge struct {
 }
 
 // newTLSBridge listens on a fresh socket and starts accepting. life bounds
-// the dials to the broker.
+// the dials to the broker. The socket's directory is made in the temp dir
+// (os.TempDir: $TMPDIR, else /tmp), which must be writable: with a
+// read-only root file system, mount a volume there (in Kubernetes an
+// emptyDir at /tmp) or set TMPDIR.
 func newTLSBridge(life context.Context, addr string, cfg *tls.Config, log *slog.Logger, every time.Duration) (*tlsBridge, error) {
-	dir, err := os.MkdirTemp("", "inferq-mq-") // mode 0700
+	tmp := os.TempDir()
+	dir, err := os.MkdirTemp(tmp, "inferq-mq-") // mode 0700
 	if err != nil {
-		return nil, fmt.Errorf("mq: tls bridge: %w", err)
+		return nil, fmt.Errorf("mq: tls bridge: the broker's TLS needs a socket in the temp dir %s, which is not a writable directory (%w): "+
+			"set TMPDIR to one, or mount one at /tmp (in Kubernetes, an emptyDir)", tmp, err)
 	}
 	base := filepath.Join(dir, "s")
 	lis, err := net.Listen("unix", base+":1")
 	if err != nil {
 		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("mq: tls bridge: %w", err)
+		return nil, fmt.Errorf("mq: tls bridge: the broker's TLS needs a socket in the temp dir %s (%w): "+
+			"set TMPDIR to a writable directory with a short path (a socket's path is at most about 100 bytes)", tmp, err)
 	}
 	cfg = cfg.Clone()
 	cfg.NextProtos = []string{"h2"} // what gRPC's own TLS credentials offer

@@ -91,7 +91,9 @@ func Scan(dir string) (map[string]*Entry, error) {
 func scanModel(dir, name string) *Entry {
 	e := &Entry{Name: name}
 	e.Versions, e.Err = scanVersions(dir)
-	cfg, err := os.ReadFile(filepath.Join(dir, ConfigFile))
+	// At most models.MaxConfigBytes of a regular file; a named pipe or a
+	// device is refused without blocking the scan.
+	cfg, err := models.ReadConfigFile(filepath.Join(dir, ConfigFile))
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		cfg = nil

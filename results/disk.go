@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/inferq/inferq/datadir"
 )
 
 // The disk spool keeps one file per record, named by its spool sequence:
@@ -20,7 +22,8 @@ import (
 // oversize record whose substitute the broker holds; older versions also
 // kept refused records there), <seq>.undeliverable is a record the broker
 // refused for good, kept for lookups and never sent again. A file is a JSON header line followed by the body and
-// the substitute. Files are written to <seq>.tmp, fsynced, renamed and the
+// the substitute. Files are written to <seq>.<ext>.<random>.tmp (created
+// anew, never through a link: package datadir), fsynced, renamed and the
 // directory fsynced, so a crash leaves a whole record or none; the header's
 // CRC catches anything else. One file per record keeps removal after replay
 // a single unlink and lets lookups read one record without scanning a log.
@@ -56,52 +59,41 @@ type diskHeader struct {
 type disk struct{ dir string }
 
 func (d disk) path(seq uint64, ext string) string {
-	return filepath.Join(d.dir, fmt.Sprintf("%020d%s", seq, ext))
+	return filepath.Join(d.dir, d.name(seq, ext))
 }
+
+// name is a record file's name in the directory.
+func (d disk) name(seq uint64, ext string) string { return fmt.Sprintf("%020d%s", seq, ext) }
 
 func checksum(body, sub []byte) uint32 {
 	return crc32.Update(crc32.ChecksumIEEE(body), crc32.IEEETable, sub)
 }
 
-// write stores a record durably and returns the file's size.
+// write stores a record durably and returns the file's size: a new
+// temporary file renamed over the record's name (datadir.WriteFileAtomic:
+// 0600, never through a link), the directory synced.
 func (d disk) write(h diskHeader, body, sub []byte, ext string) (int64, error) {
 	h.BodyLen, h.SubLen, h.CRC = len(body), len(sub), checksum(body, sub)
 	hdr, err := json.Marshal(h)
 	if err != nil {
 		return 0, fmt.Errorf("encode spool header: %w", err)
 	}
-	tmp := d.path(h.Seq, extTmp)
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return 0, fmt.Errorf("create spool file: %w", err)
-	}
 	size := int64(len(hdr) + 1 + len(body) + len(sub))
-	w := bufio.NewWriterSize(f, 64<<10)
-	_, _ = w.Write(hdr)
-	_ = w.WriteByte('\n')
-	_, _ = w.Write(body)
-	_, _ = w.Write(sub)
-	err = errors.Join(w.Flush(), f.Sync(), f.Close())
-	if err == nil {
-		err = os.Rename(tmp, d.path(h.Seq, ext))
-	}
-	if err == nil {
-		err = d.syncDir()
-	}
+	err = datadir.WriteFileAtomic(d.dir, d.name(h.Seq, ext), func(f io.Writer) error {
+		w := bufio.NewWriterSize(f, 64<<10)
+		_, _ = w.Write(hdr)
+		_ = w.WriteByte('\n')
+		_, _ = w.Write(body)
+		_, _ = w.Write(sub)
+		return w.Flush()
+	})
 	if err != nil {
-		_ = os.Remove(tmp)
-		return 0, fmt.Errorf("write spool file %s: %w", d.path(h.Seq, ext), err)
+		return 0, fmt.Errorf("write spool file: %w", err)
 	}
 	return size, nil
 }
 
-func (d disk) syncDir() error {
-	f, err := os.Open(d.dir)
-	if err != nil {
-		return err
-	}
-	return errors.Join(f.Sync(), f.Close())
-}
+func (d disk) syncDir() error { return datadir.SyncDir(d.dir) }
 
 // rename moves a record between states (pending to held).
 func (d disk) rename(seq uint64, from, to string) error {
@@ -122,7 +114,7 @@ func (d disk) remove(seq uint64, ext string) error {
 
 // read returns a record's body and substitute, checked against its CRC.
 func (d disk) read(seq uint64, ext string) (body, sub []byte, err error) {
-	data, err := os.ReadFile(d.path(seq, ext))
+	data, err := datadir.ReadFile(d.dir, d.name(seq, ext)) // never through a link
 	if err != nil {
 		return nil, nil, fmt.Errorf("read spool file: %w", err)
 	}
@@ -168,11 +160,12 @@ func fileState(ext string) (itemState, bool) {
 }
 
 // load lists the records a previous process left, in sequence order. Files
-// that cannot be read are renamed *.bad and reported in bad; leftover
-// temporary files are removed.
+// that cannot be read (a link among them) are renamed *.bad and reported
+// in bad; leftover temporary files are removed. The directory is created
+// 0700; one that group or others may write is refused (datadir.MkdirAll).
 func (d disk) load() (recs []diskRecord, bad []error, err error) {
-	if err := os.MkdirAll(d.dir, 0o700); err != nil {
-		return nil, nil, fmt.Errorf("create spool dir: %w", err)
+	if err := datadir.MkdirAll(d.dir); err != nil {
+		return nil, nil, fmt.Errorf("spool dir: %w", err)
 	}
 	ents, err := os.ReadDir(d.dir)
 	if err != nil {
@@ -204,7 +197,7 @@ func (d disk) load() (recs []diskRecord, bad []error, err error) {
 }
 
 func (d disk) header(seq uint64, ext string) (diskRecord, error) {
-	f, err := os.Open(d.path(seq, ext))
+	f, err := datadir.OpenFile(d.dir, d.name(seq, ext), os.O_RDONLY) // never through a link
 	if err != nil {
 		return diskRecord{}, fmt.Errorf("open spool file: %w", err)
 	}

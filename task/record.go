@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/inferq/inferq/tensor"
@@ -68,6 +69,25 @@ type Record struct {
 	// Binary is the raw data of the result's binary outputs, written after
 	// the JSON (see the binary form in binary.go's package notes).
 	Binary []byte
+}
+
+// Reference returns the record the broker gets in place of r when r is
+// too large to send (over a model's result.max_result_bytes): r without
+// its result and binary outputs, with ResultRef ref (ResultRef builds it)
+// naming where the whole record is read. r is not changed.
+func (r *Record) Reference(ref string) *Record {
+	sub := *r
+	sub.Result, sub.Binary, sub.ResultRef = nil, nil, ref
+	return &sub
+}
+
+// ResultRef is where the whole record of task taskID is read when its
+// result is stored by reference: <base>/v1/tasks/<taskID>, base being the
+// advertise URL of the replica whose spool holds it (a trailing '/' is not
+// doubled), or relative (/v1/tasks/<taskID>) when base is "". Task ids are
+// URL-safe (CheckName).
+func ResultRef(base, taskID string) string {
+	return strings.TrimSuffix(base, "/") + "/v1/tasks/" + taskID
 }
 
 // AppendJSON appends the record's JSON (without Binary) to b.
