@@ -95,3 +95,56 @@ func TestAlertWebhookErrorsHideTheURL(t *testing.T) {
 		})
 	}
 }
+
+// The webhook follows no redirect (issue 27 item 4): a webhook that
+// answers 307 to another server does not get the alert re-POSTed there,
+// nor does a redirect to another path of the same host; the answer is a
+// failure that names the host and the status, not the target.
+func TestAlertWebhookFollowsNoRedirect(t *testing.T) {
+	var elsewhere, samePath sync.Mutex
+	elsewhereHits, sameHits := 0, 0
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		elsewhere.Lock()
+		elsewhereHits++
+		elsewhere.Unlock()
+	}))
+	t.Cleanup(other.Close)
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/other-host":
+			http.Redirect(w, r, other.URL+"/collect", http.StatusTemporaryRedirect)
+		case "/same-host":
+			http.Redirect(w, r, "/landing", http.StatusPermanentRedirect)
+		case "/landing":
+			samePath.Lock()
+			sameHits++
+			samePath.Unlock()
+		}
+	}))
+	t.Cleanup(hook.Close)
+	for _, path := range []string{"/other-host", "/same-host"} {
+		t.Run(strings.TrimPrefix(path, "/"), func(t *testing.T) {
+			var logs syncBuffer
+			log := slog.New(slog.NewTextHandler(&logs, nil))
+			dropped := 0
+			pub := newPublisher(nopEvents{}, 8, func() {}, log)
+			a := newAlerter(pub, hook.URL+path, time.Second, func() { dropped++ }, log)
+			a.fire(Alert{TaskID: "t1", Queue: "q"})
+			a.wait()
+			out := logs.String()
+			if dropped != 1 || !strings.Contains(out, "dlq webhook failed") || !strings.Contains(out, "redirect") {
+				t.Errorf("a redirect is not a failure that says so (dropped %d): %s", dropped, out)
+			}
+			if strings.Contains(out, strings.TrimPrefix(other.URL, "http://")) {
+				t.Errorf("the log names the redirect's target: %s", out)
+			}
+		})
+	}
+	elsewhere.Lock()
+	defer elsewhere.Unlock()
+	samePath.Lock()
+	defer samePath.Unlock()
+	if elsewhereHits != 0 || sameHits != 0 {
+		t.Errorf("the alert was re-POSTed: %d times to another host, %d times to another path", elsewhereHits, sameHits)
+	}
+}

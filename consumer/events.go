@@ -114,6 +114,12 @@ type Alert struct {
 // <queue>.dlq through the publisher, and a POST to a webhook when one is
 // configured, from a bounded set of goroutines with a timeout, never
 // blocking the consumer.
+//
+// The webhook's client follows no redirect, to another host or the same
+// one: a 3xx answer is a failed alert (logged with the host and the
+// status, never the target). A redirect would re-POST the alert (307,
+// 308) to wherever the webhook's server, or whoever took it over, points,
+// perhaps over plain HTTP; the configured URL is the only one trusted.
 type alerter struct {
 	pub     *publisher
 	webhook string
@@ -128,8 +134,15 @@ func newAlerter(pub *publisher, webhook string, timeout time.Duration, dropped f
 	if timeout <= 0 {
 		timeout = 5 * time.Second
 	}
-	return &alerter{pub: pub, webhook: webhook, client: &http.Client{Timeout: timeout},
+	client := &http.Client{Timeout: timeout, CheckRedirect: noRedirect}
+	return &alerter{pub: pub, webhook: webhook, client: client,
 		slots: make(chan struct{}, 8), dropped: dropped, log: log}
+}
+
+// noRedirect is the webhook client's CheckRedirect: the 3xx answer itself
+// is returned, and post reports it.
+func noRedirect(*http.Request, []*http.Request) error {
+	return http.ErrUseLastResponse
 }
 
 func (a *alerter) fire(al Alert) {
@@ -170,6 +183,9 @@ func (a *alerter) post(body []byte) error {
 		return redactURL(host, err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode/100 == 3 {
+		return fmt.Errorf("webhook at %s answered %s: redirects are not followed; set the alert webhook to the URL that takes the POST", host, resp.Status)
+	}
 	if resp.StatusCode/100 != 2 {
 		return fmt.Errorf("webhook at %s answered %s", host, resp.Status)
 	}
