@@ -17,6 +17,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/inferq/inferq/datadir"
 )
 
 // Journal counts the attempts that ended with the process: KubeMQ gives a
@@ -44,7 +46,8 @@ type Journal struct {
 	mu      sync.Mutex
 	log     *slog.Logger
 	f       *os.File // nil: memory only
-	path    string
+	dir     string   // the journal's directory; "": memory only
+	path    string   // dir/journalFile, for errors and logs
 	buf     []byte
 	open    map[string]int     // token -> starts in this process not yet done
 	crashes map[string]carried // token -> crashes recorded by earlier processes
@@ -173,7 +176,10 @@ func parseToken(s string) (tok, rest string, ok bool) {
 
 // JournalConfig configures a Journal.
 type JournalConfig struct {
-	// Dir holds the file; "" keeps the journal in memory.
+	// Dir holds the file; "" keeps the journal in memory. It is created
+	// 0700 (datadir.MkdirAll) and refused when group or others may write
+	// it; the file is opened through package datadir: never through a
+	// symlink, created 0600.
 	Dir string
 	// Logger receives warnings about the file (an old format, damaged
 	// lines, dropped counts); nil discards them.
@@ -200,10 +206,11 @@ func NewJournal(cfg JournalConfig) (*Journal, error) {
 		j.id = newJournalID()
 		return j, nil
 	}
-	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+	if err := datadir.MkdirAll(cfg.Dir); err != nil {
 		return nil, fmt.Errorf("crash: journal dir: %w", err)
 	}
-	j.path = filepath.Join(cfg.Dir, journalFile)
+	j.dir, j.path = cfg.Dir, filepath.Join(cfg.Dir, journalFile)
+	j.removeTemps()
 	if err := j.load(); err != nil {
 		return nil, err
 	}
@@ -218,12 +225,12 @@ func NewJournal(cfg JournalConfig) (*Journal, error) {
 
 // load reads the file into j.crashes and j.gen.
 func (j *Journal) load() error {
-	f, err := os.Open(j.path)
+	f, err := datadir.OpenFile(j.dir, journalFile, os.O_RDONLY)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("crash: read journal: %w", err)
+		return fmt.Errorf("crash: read journal: %w", err) // names the file
 	}
 	defer f.Close()
 	r := bufio.NewReaderSize(f, journalMaxLine)
@@ -350,9 +357,11 @@ func nextLine(r *bufio.Reader) (line []byte, long bool, err error) {
 	return line[:len(line)-1], false, nil
 }
 
-// rewrite replaces the file with the carried counts and the open ids: it
-// writes a .tmp file, syncs it, renames it over the journal and syncs the
-// directory, so the file is always whole, old or new.
+// rewrite replaces the file with the carried counts and the open ids
+// through datadir.WriteFileAtomic (a new temporary file, created O_EXCL
+// 0600, synced, renamed over the journal, the directory synced), so the
+// file is always whole, old or new, and a link placed where it goes is
+// replaced, never written through.
 func (j *Journal) rewrite() error {
 	j.gen++
 	j.trimCarried()
@@ -367,19 +376,16 @@ func (j *Journal) rewrite() error {
 			fmt.Fprintf(&b, "S %s\n", tok)
 		}
 	}
-	tmp := j.path + ".tmp"
-	if err := writeSynced(tmp, b.Bytes()); err != nil {
-		return fmt.Errorf("crash: write journal %s: %w", tmp, err)
-	}
-	if err := os.Rename(tmp, j.path); err != nil {
-		return fmt.Errorf("crash: replace journal %s: %w", j.path, err)
-	}
-	if err := syncDir(filepath.Dir(j.path)); err != nil {
-		return fmt.Errorf("crash: sync journal dir: %w", err)
-	}
-	f, err := os.OpenFile(j.path, os.O_WRONLY|os.O_APPEND, 0o644)
+	err := datadir.WriteFileAtomic(j.dir, journalFile, func(w io.Writer) error {
+		_, err := w.Write(b.Bytes())
+		return err
+	})
 	if err != nil {
-		return fmt.Errorf("crash: open journal %s: %w", j.path, err)
+		return fmt.Errorf("crash: rewrite journal: %w", err) // names the file
+	}
+	f, err := datadir.OpenFile(j.dir, journalFile, os.O_WRONLY|os.O_APPEND)
+	if err != nil {
+		return fmt.Errorf("crash: open journal: %w", err)
 	}
 	if j.f != nil {
 		_ = j.f.Close()
@@ -419,24 +425,23 @@ func (j *Journal) trimCarried() {
 	j.log.Warn("attempt journal carries too many crash counts; the oldest were dropped", "dropped", over, "max", journalMaxCarried)
 }
 
-func writeSynced(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+// removeTemps removes the temporary files a rewrite cut short left:
+// <journal>.<random>.tmp (datadir.WriteFileAtomic's), and <journal>.tmp,
+// the name older versions wrote through. os.Remove removes a link, never
+// its target.
+func (j *Journal) removeTemps() {
+	ents, err := os.ReadDir(j.dir)
 	if err != nil {
-		return err
+		return // NewJournal's next step names the problem
 	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
+	for _, de := range ents {
+		name := de.Name()
+		if name == journalFile+".tmp" || strings.HasPrefix(name, journalFile+".") && strings.HasSuffix(name, ".tmp") {
+			if err := os.Remove(filepath.Join(j.dir, name)); err != nil {
+				j.log.Warn("attempt journal: a temporary file not removed", "path", filepath.Join(j.dir, name), "err", err)
+			}
+		}
 	}
-	return errors.Join(err, f.Close())
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	return errors.Join(d.Sync(), d.Close())
 }
 
 // ID is the journal's id: random, kept in the file, so it lives as long
