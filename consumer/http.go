@@ -54,12 +54,12 @@ func Handler(c HTTPConfig) http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		warm := c.Ready == nil || c.Ready()
-		broker, full := c.Server.BrokerAnswers(), c.Server.StoreFull()
+		broker, full, journal := c.Server.BrokerAnswers(), c.Server.StoreFull(), !c.Server.JournalFailing()
 		code := http.StatusOK
-		if !warm || !broker || full {
+		if !warm || !broker || full || !journal {
 			code = http.StatusServiceUnavailable
 		}
-		writeJSON(w, code, map[string]bool{"ready": code == http.StatusOK, "models_warm": warm, "broker_up": broker, "spool_full": full})
+		writeJSON(w, code, map[string]bool{"ready": code == http.StatusOK, "models_warm": warm, "broker_up": broker, "spool_full": full, "journal_ok": journal})
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(c.Gatherer, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, r *http.Request) {

@@ -34,6 +34,11 @@
 // fleet; NewFleet returns nil, Crashes is then the journal's count and
 // HoldFor 0).
 //
+// A full data dir does not stop tasks: the journal reports itself failing
+// (Journal.Stats: /readyz and a metric), warns once a minute at most, and
+// counts a crash only for a run whose start it wrote and whose end it did
+// not (the end is marked over the start's bytes: no new space needed).
+//
 // Concurrency: Journal, Fleet and the table are safe for concurrent use;
 // a nil *Fleet is valid and means no fleet. Journal.Start returns only
 // once its line is written, so a crash of the process (not of the machine)

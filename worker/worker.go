@@ -92,6 +92,10 @@ type Config struct {
 	// RPCs (RepositoryIndex, RepositoryModelLoad, RepositoryModelUnload),
 	// the gRPC side of Routes.
 	Repository consumer.ModelRepository
+	// Journal is the attempt journal's config; New sets its Dir
+	// (DataDir/journal, or "" for memory) and its Logger. Tests set its
+	// WrapWriter (a full disk).
+	Journal crash.JournalConfig
 	// LocalCrashCounts keeps crash counts to this process's journal: no
 	// crash reports are shared with the queue's other replicas
 	// (consumer.Config.Crash.Events stays nil).
@@ -263,11 +267,33 @@ func (w *Worker) openJournal(context.Context) error {
 	if w.cfg.DataDir != "" {
 		dir = filepath.Join(w.cfg.DataDir, "journal")
 	}
-	j, err := crash.NewJournal(crash.JournalConfig{Dir: dir, Logger: w.log.With("component", "journal")})
+	jc := w.cfg.Journal
+	jc.Dir, jc.Logger = dir, w.log.With("component", "journal")
+	j, err := crash.NewJournal(jc)
 	if err != nil {
 		return err
 	}
 	w.journal = j
+	return w.registerJournalMetrics()
+}
+
+// registerJournalMetrics registers the attempt journal's health, read
+// from its Stats at each scrape (which lets a failing journal retry a
+// write).
+func (w *Worker) registerJournalMetrics() error {
+	j := w.journal
+	for _, c := range []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "inferq_journal_write_failing",
+			Help: "1 while the attempt journal's last write failed (data dir full?): tasks run, but a crash during one may not be counted; /readyz fails."},
+			func() float64 { return b2f(j.Stats().Failing) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "inferq_journal_write_errors_total",
+			Help: "Writes of the attempt journal the disk refused."},
+			func() float64 { return float64(j.Stats().WriteErrors) }),
+	} {
+		if err := w.cfg.Registry.Register(c); err != nil {
+			return fmt.Errorf("attempt journal metrics: %w", err)
+		}
+	}
 	return nil
 }
 
