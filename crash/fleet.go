@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/inferq/inferq/lograte"
 	"github.com/inferq/inferq/mq"
 )
 
@@ -40,6 +41,20 @@ type FleetConfig struct {
 	// Reporter names this process in its reports (the worker's host
 	// name): for logs and operators, not for counting.
 	Reporter string
+	// Key, when set, is the fleet key (at least MinKeyBytes; CheckKey;
+	// the same on every replica of the queue): this process signs its
+	// reports with it and counts only reports signed with it on the same
+	// channel within Window; it refuses the others (unsigned, forged,
+	// stale: a replay) and malformed ones, counts them with Refused and
+	// logs them once a minute at most. nil: reports are neither signed
+	// nor checked, and anyone who can publish on the channel can spend a
+	// task's crash budget.
+	Key []byte
+	// Refused, when set, is called once per refused report with its
+	// reason (RefusedMalformed, RefusedUnsigned, RefusedForged,
+	// RefusedStale): a metric, inferq_crash_reports_refused_total. Without
+	// a Key only malformed reports are refused.
+	Refused func(reason string)
 	// Now is the clock (default time.Now; tests).
 	Now func() time.Time
 	// Logger receives the fleet's logs; nil discards them.
@@ -62,6 +77,9 @@ func (c *FleetConfig) setDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if c.Refused == nil {
+		c.Refused = func(string) {}
+	}
 }
 
 // Fleet shares crash counts between the replicas of a queue
@@ -82,7 +100,8 @@ func (c *FleetConfig) setDefaults() {
 // window does not hold (alone, its journal knows every crash).
 //
 // Normal tasks cost nothing: reports are published at start only, and a
-// lookup is a map read. When the events store is away the local journal
+// lookup is a map read. With FleetConfig.Key, reports are signed and only
+// signed ones count (sign.go). When the events store is away the local journal
 // still counts this process's crashes (logged once; tasks never wait for
 // it).
 //
@@ -97,13 +116,16 @@ type Fleet struct {
 	reporter    string
 	incarnation string
 	log         *slog.Logger
+	rate        *lograte.Limiter // refusals and reports from the fleet: once a minute at most
 	now         func() time.Time
+	key         []byte // nil: reports neither signed nor checked
+	window      time.Duration
+	refusedFn   func(reason string)
 
 	// caughtUp: this process read back its own first report, so it has
 	// read every report published before it started (HoldFor).
 	caughtUp atomic.Bool
 	degraded atomic.Bool // a publish failed: logged once until one succeeds
-	refused  atomic.Bool // a malformed report was refused: logged once
 }
 
 // NewFleet returns the fleet crash counter of queues for journal (this
@@ -114,8 +136,10 @@ func NewFleet(cfg FleetConfig, journal *Journal, queues []string) *Fleet {
 		return nil
 	}
 	cfg.setDefaults()
+	log := cfg.Logger.With("component", "fleet-crashes")
 	f := &Fleet{ev: cfg.Events, journal: journal, table: newTable(cfg.Window, cfg.TableMax),
-		hold: cfg.Hold, reporter: cfg.Reporter, incarnation: newJournalID(), log: cfg.Logger.With("component", "fleet-crashes"), now: cfg.Now}
+		hold: cfg.Hold, reporter: cfg.Reporter, incarnation: newJournalID(), log: log, rate: lograte.New(log, time.Minute), now: cfg.Now,
+		key: cfg.Key, window: cfg.Window, refusedFn: cfg.Refused}
 	for _, q := range queues {
 		ch, err := Channel(q)
 		if err != nil {
@@ -196,44 +220,63 @@ func (f *Fleet) beat(ctx context.Context, ch string, heartbeat []Report) {
 	}
 }
 
-// read applies the reports of one channel until it closes.
+// read applies the reports of one channel until it closes. With a key, a
+// report counts from the time it was signed (a replay is as old as the
+// original); without one, from its event's timestamp.
 func (f *Fleet) read(ch string, events <-chan mq.Event) {
 	self := f.journal.ID()
 	for ev := range events {
 		r, err := DecodeReport(ev.Body)
 		if err != nil {
-			if !f.refused.Swap(true) {
-				f.log.Warn("malformed crash report refused (logged once)", "channel", ch, "seq", ev.Sequence, "err", err)
-			}
+			f.refuse(ch, ev, err)
 			continue
 		}
 		at := ev.Timestamp
 		if at.IsZero() {
 			at = f.now()
 		}
+		if f.key != nil {
+			if err := r.Verify(f.key, ch, f.now(), f.window); err != nil {
+				f.refuse(ch, ev, err)
+				continue
+			}
+			at = r.SignedAt()
+		}
 		grew := f.table.add(r, at, f.now())
 		if r.Incarnation == f.incarnation {
 			f.caughtUp.Store(true)
 		}
 		if grew > 0 && r.Journal != self {
-			f.log.Info("crash report from the fleet", "channel", ch, "reporter", r.Reporter, "journal", r.Journal,
+			f.rate.Info("crash report from the fleet", "channel", ch, "reporter", r.Reporter, "journal", r.Journal,
 				"incarnation", r.Incarnation, "messages", len(r.Crashes), "grew", grew)
 		}
 	}
+}
+
+// refuse counts a refused report by reason and logs it, once a minute at
+// most (a flood of forgeries is one line a minute, with a count).
+func (f *Fleet) refuse(ch string, ev mq.Event, err error) {
+	reason := refusal(err)
+	f.refusedFn(reason)
+	f.rate.Warn("crash report refused", "channel", ch, "seq", ev.Sequence, "reason", reason, "err", err)
 }
 
 // publish sends reports on ch, retrying with backoff until each is stored
 // or ctx ends. Reports are idempotent: a resend after a lost confirmation
 // counts once.
 func (f *Fleet) publish(ctx context.Context, ch string, reports []Report) {
+reports:
 	for _, r := range reports {
-		body, err := r.Encode()
-		if err != nil {
-			f.log.Error("crash report not encoded", "err", err)
-			continue
-		}
 		wait := 500 * time.Millisecond
 		for {
+			if f.key != nil { // at each try: a report is as old as its signature
+				r = r.Sign(f.key, ch, f.now())
+			}
+			body, err := r.Encode()
+			if err != nil {
+				f.log.Error("crash report not encoded", "err", err)
+				continue reports
+			}
 			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			err = f.ev.SendEventStore(sctx, ch, body, nil)
 			cancel()

@@ -171,8 +171,11 @@ func newJournalID() string {
 
 // isJournalID reports whether s is a journal id: journalIDLen lowercase
 // hex digits.
-func isJournalID(s string) bool {
-	if len(s) != journalIDLen {
+func isJournalID(s string) bool { return isHex(s, journalIDLen) }
+
+// isHex reports whether s is n lowercase hex digits.
+func isHex(s string, n int) bool {
+	if len(s) != n {
 		return false
 	}
 	for _, c := range []byte(s) {

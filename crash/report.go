@@ -2,6 +2,7 @@ package crash
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -30,6 +31,11 @@ type Report struct {
 	Reporter    string `json:"reporter"`
 	// Crashes are the counts, at most reportMaxEntries.
 	Crashes []Count `json:"crashes"`
+	// At (Unix milliseconds) and Sig (HMAC-SHA256, 64 lowercase hex
+	// digits) sign the report with the fleet key (Sign, Verify; sign.go);
+	// both are absent from an unsigned report.
+	At  int64  `json:"at,omitempty"`
+	Sig string `json:"sig,omitempty"`
 }
 
 // Count is one message's count in a crash report.
@@ -118,8 +124,10 @@ var errBadReport = errors.New("malformed crash report")
 // Encode writes for a valid report is refused: an unknown field, a wrong
 // version, a journal or incarnation id that is not 32 hex digits, a token
 // Token could not have written, a count out of range, a token
-// twice, more than reportMaxEntries counts or a body over
-// reportMaxBytes.
+// twice, more than reportMaxEntries counts, a signature time without a
+// signature or the reverse, a signature that is not 64 lowercase hex
+// digits, or a body over reportMaxBytes. It does not check the signature
+// (Verify does).
 func DecodeReport(body []byte) (Report, error) {
 	var r Report
 	if len(body) > reportMaxBytes {
@@ -151,6 +159,10 @@ func (r Report) check() error {
 		return fmt.Errorf("%w: reporter name too long or not UTF-8", errBadReport)
 	case len(r.Crashes) > reportMaxEntries:
 		return fmt.Errorf("%w: %d counts, over %d", errBadReport, len(r.Crashes), reportMaxEntries)
+	case (r.Sig == "") != (r.At == 0) || r.At < 0:
+		return fmt.Errorf("%w: a signature needs its time (at > 0) and sig, or neither", errBadReport)
+	case r.Sig != "" && !isHex(r.Sig, 2*sha256.Size):
+		return fmt.Errorf("%w: sig is not %d lowercase hex digits", errBadReport, 2*sha256.Size)
 	}
 	seen := make(map[string]bool, len(r.Crashes))
 	for i, c := range r.Crashes {

@@ -202,10 +202,18 @@ func FuzzDecodeReport(f *testing.F) {
 	}
 	f.Add([]byte(`{"v":1,"crashes":[{"token":"sha256:` + strings.Repeat("0", 64) + `","n":1}]}`))
 	f.Add([]byte(`{"v":1,"journal":null}`))
+	signed, _ := report(journalA, incarn1, "m", 2).Sign([]byte("fleet-key-0123456789abcdef"), "q.crashes", time.Now()).Encode()
+	f.Add(signed)
+	f.Add([]byte(`{"v":1,"journal":"` + journalA + `","incarnation":"` + incarn1 + `","reporter":"","crashes":[],"at":-1,"sig":"00"}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		r, err := DecodeReport(body)
 		if err != nil {
 			return
+		}
+		// Whatever it holds, checking its signature does not panic, and
+		// a report that verifies is one signed with the key.
+		if r.Verify([]byte("fleet-key-0123456789abcdef"), "q.crashes", time.Now(), time.Hour) == nil && r.Sig == "" {
+			t.Fatal("an unsigned report verified")
 		}
 		if err := r.check(); err != nil {
 			t.Fatalf("decoded report fails its check: %v", err)
