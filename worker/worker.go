@@ -303,6 +303,9 @@ func (w *Worker) newConsumer(context.Context) error {
 	if cc.Crash.Events == nil && !w.cfg.LocalCrashCounts {
 		cc.Crash.Events = w.conn // the fleet's crash budget (crash.Fleet)
 	}
+	if err := w.crashReports(&cc.Crash); err != nil {
+		return err
+	}
 	if cc.ShardEvents == nil && cc.QueueShards > 1 {
 		cc.ShardEvents = w.conn // the replicas of a sharded queue (package shard)
 	}
@@ -320,6 +323,36 @@ func (w *Worker) newConsumer(context.Context) error {
 		return err
 	}
 	w.srv = srv
+	return nil
+}
+
+// crashReports checks the fleet key, warns once when the fleet's crash
+// reports are not signed, and counts refused reports in
+// inferq_crash_reports_refused_total{reason}.
+func (w *Worker) crashReports(fc *crash.FleetConfig) error {
+	if len(fc.Key) > 0 {
+		if err := crash.CheckKey(fc.Key); err != nil {
+			return err
+		}
+	} else if fc.Events != nil {
+		w.log.Warn("crash reports are not signed: anyone who can publish on a queue's <queue>.crashes channel can spend its tasks' crash budgets "+
+			"(and send them to the dead letter queue unrun); give every replica the same fleet key (--crash-key-file or INFERQ_CRASH_KEY)")
+	}
+	refused := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "inferq_crash_reports_refused_total",
+		Help: "Fleet crash reports refused, by reason: malformed, or with a fleet key unsigned, forged or stale (a replay)."}, []string{"reason"})
+	for _, r := range crash.RefusedReasons() {
+		refused.WithLabelValues(r)
+	}
+	if err := w.cfg.Registry.Register(refused); err != nil {
+		return fmt.Errorf("crash report metrics: %w", err)
+	}
+	next := fc.Refused
+	fc.Refused = func(reason string) {
+		refused.WithLabelValues(reason).Inc()
+		if next != nil {
+			next(reason)
+		}
+	}
 	return nil
 }
 
