@@ -335,7 +335,7 @@ func (w *Worker) crashReports(fc *crash.FleetConfig) error {
 			return err
 		}
 	} else if fc.Events != nil {
-		w.log.Warn("crash reports are not signed: anyone who can publish on a queue's <queue>.crashes channel can spend its tasks' crash budgets "+
+		w.log.Warn("crash reports are not signed: anyone who can publish on a queue's <queue>.crashes channel can spend its tasks' crash budgets " +
 			"(and send them to the dead letter queue unrun); give every replica the same fleet key (--crash-key-file or INFERQ_CRASH_KEY)")
 	}
 	refused := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "inferq_crash_reports_refused_total",
