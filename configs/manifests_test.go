@@ -6,6 +6,7 @@ package configs
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -821,6 +822,85 @@ func TestDockerignore(t *testing.T) {
 	for _, want := range []string{".git", "lib", "bin", "data", "dist", "tmp"} {
 		if !have[want] {
 			t.Errorf(".dockerignore does not leave out %s", want)
+		}
+	}
+}
+
+// Crash reports are signed (issue 27 item 2): every inferq pod reads the
+// fleet key from a file, --crash-key-file, mounted read-only from a
+// Secret that is not optional (no pod starts without it, rather than
+// accept forged reports) and not readable by others; the key is never a
+// literal in a manifest (INFERQ_CRASH_KEY from a value).
+func TestCrashKeyFromSecret(t *testing.T) {
+	d := manifests(t)["StatefulSet"]
+	pod := get(t, d, "spec", "template", "spec")
+	c := get(t, pod, "containers", 0)
+	var keyFile string
+	args, _ := get(t, c, "args").([]any)
+	for _, a := range args {
+		if s, _ := a.(string); strings.HasPrefix(s, "--crash-key-file=") {
+			keyFile = strings.TrimPrefix(s, "--crash-key-file=")
+		}
+		if a == "--local-crash-counts" {
+			t.Errorf("the StatefulSet turns the fleet's crash counts off")
+		}
+	}
+	if keyFile == "" || !filepath.IsAbs(keyFile) {
+		t.Fatalf("the StatefulSet's args %v set no absolute --crash-key-file", args)
+	}
+	env, _ := get(t, c, "env").([]any)
+	for _, e := range env {
+		if n := get(t, e, "name"); (n == "INFERQ_CRASH_KEY" || n == "INFERQ_CRASH_KEY_FILE") && get(t, e, "value") != nil {
+			t.Errorf("%v is set to a literal value", n)
+		}
+	}
+	var mount obj
+	for _, m := range get(t, c, "volumeMounts").([]any) {
+		if p, _ := get(t, m, "mountPath").(string); p == filepath.Dir(keyFile) {
+			mount = m.(obj)
+		}
+	}
+	if mount == nil || mount["readOnly"] != true {
+		t.Fatalf("no read-only volume mounted at %s, the directory of --crash-key-file: %v", filepath.Dir(keyFile), mount)
+	}
+	var vol obj
+	for _, v := range get(t, pod, "volumes").([]any) {
+		if get(t, v, "name") == mount["name"] {
+			vol = v.(obj)
+		}
+	}
+	secret, _ := get(t, vol, "secret").(obj)
+	if secret == nil || secret["secretName"] == nil || secret["optional"] == true {
+		t.Fatalf("volume %v is not a Secret that must exist: %v", mount["name"], vol)
+	}
+	if mode, ok := secret["defaultMode"].(int); !ok || mode&0o007 != 0 || mode&0o222 != 0 {
+		t.Errorf("the key's file mode %#o: want it readable by the pod's user or group only (e.g. 0440)", secret["defaultMode"])
+	}
+	key := filepath.Base(keyFile)
+	if items, _ := secret["items"].([]any); items != nil {
+		found := false
+		for _, it := range items {
+			if get(t, it, "path") == key {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("the Secret's items %v do not make the file %s", items, key)
+		}
+	}
+	// The Secret is the operator's to create (a key in the repository
+	// would be every user's, and kubectl apply would reset a real one):
+	// the manifest says how.
+	data, err := os.ReadFile("kubernetes/statefulset.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("create secret generic %v", secret["secretName"]); !strings.Contains(string(data), want) {
+		t.Errorf("statefulset.yaml does not say how to create the Secret (%q)", want)
+	}
+	for k, o := range manifests(t) {
+		if strings.HasSuffix(k, "Secret") && get(t, o, "metadata", "name") == secret["secretName"] {
+			t.Errorf("the manifests ship the Secret %v: its key would be every user's", secret["secretName"])
 		}
 	}
 }

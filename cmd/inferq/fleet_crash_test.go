@@ -31,6 +31,9 @@ import (
 // max_retries + 1, and the batch mates (at most one blind crash per
 // replica) survive when replicas <= max_retries.
 //
+// The replicas sign their reports with a fleet key (--crash-key-file,
+// issue 27 item 2), as the Kubernetes manifests have them do.
+//
 // On a real KubeMQ: KUBEMQ_ADDRESS=127.0.0.1:50000 go test ./cmd/inferq
 // -run TestFleetCrashBudget -count=1 -v
 func TestFleetCrashBudget(t *testing.T) {
@@ -51,7 +54,11 @@ func TestFleetCrashBudget(t *testing.T) {
 	}
 	ids[tasks/2], x0[tasks/2] = "poison", poison
 
-	sup := &supervisor{t: t, r: r, env: fmt.Sprintf("INFERQ_FAULT_CRASH_ON=%v", poison), t0: time.Now()}
+	sup := &supervisor{t: t, r: r, env: fmt.Sprintf("INFERQ_FAULT_CRASH_ON=%v", poison), t0: time.Now(),
+		keyFile: filepath.Join(r.dir, "crash-key")}
+	if err := os.WriteFile(sup.keyFile, []byte("fleet-crash-key-of-the-test-0123\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for i := range replicas {
 		sup.start(i)
 	}
@@ -83,6 +90,9 @@ func TestFleetCrashBudget(t *testing.T) {
 	if dlq := r.peek(r.queue + ".dlq"); len(dlq) != 1 || !strings.Contains(dlq[0].Tags[mq.TagError], "worker lost") {
 		t.Errorf("dead letter queue holds %d messages, want the poison task", len(dlq))
 	}
+	if strings.Contains(logs, "crash report refused") || strings.Contains(logs, "crash reports are not signed") {
+		t.Errorf("the replicas' signed reports were refused, or a replica has no key")
+	}
 	if t.Failed() {
 		t.Log(logs)
 	}
@@ -95,6 +105,8 @@ type supervisor struct {
 	r   *binaryRig
 	env string
 	t0  time.Time
+	// keyFile is every replica's --crash-key-file; "" for none.
+	keyFile string
 
 	mu      sync.Mutex
 	stopped bool
@@ -132,8 +144,12 @@ func (s *supervisor) start(i int) {
 }
 
 func (s *supervisor) launch(i int) (*exec.Cmd, *strings.Builder, chan error) {
-	cmd := exec.Command(s.r.bin, "serve", "--config", s.r.cfgPath, "--shutdown-grace", "10s", "--log-level", "info",
-		"--data-dir", filepath.Join(s.r.dir, fmt.Sprintf("data-%d", i)), "--crash-hold", "3s")
+	args := []string{"serve", "--config", s.r.cfgPath, "--shutdown-grace", "10s", "--log-level", "info",
+		"--data-dir", filepath.Join(s.r.dir, fmt.Sprintf("data-%d", i)), "--crash-hold", "3s"}
+	if s.keyFile != "" {
+		args = append(args, "--crash-key-file", s.keyFile)
+	}
+	cmd := exec.Command(s.r.bin, args...)
 	cmd.Env = append(os.Environ(), "INFERQ_ORT_LIB="+s.r.lib, s.env)
 	logs := &strings.Builder{}
 	fmt.Fprintf(logs, "--- replica %d\n", i)

@@ -81,6 +81,8 @@ type serveFlags struct {
 	queueShards   int
 	crashHold     time.Duration
 	crashWindow   time.Duration
+	crashKeyFile  string
+	crashKey      []byte // from crashKeyFile or the environment (crashKey)
 }
 
 func runServe(ctx context.Context, a *app, args []string) error {
@@ -104,6 +106,7 @@ func runServe(ctx context.Context, a *app, args []string) error {
 	fs.BoolVar(&f.localCrashes, "local-crash-counts", false, "count crashes with this process's journal only: no crash reports on the events store channel <queue>.crashes, so each replica spends max_retries+1 crashes of its own")
 	fs.DurationVar(&f.crashHold, "crash-hold", crash.DefaultHold, "how long a task that crashed a replica of the fleet waits before it runs again, so that the replica that died has time to restart and report its crash (0: no wait); set it above a replica's restart time")
 	fs.DurationVar(&f.crashWindow, "crash-window", time.Hour, "how long a fleet crash report counts; at most the broker's events store retention")
+	fs.StringVar(&f.crashKeyFile, "crash-key-file", "", "file holding the fleet key (surrounding white space trimmed; at least 16 bytes, the same on every replica) that signs crash reports: replicas then refuse unsigned, forged and replayed ones (env INFERQ_CRASH_KEY_FILE, or the key itself in INFERQ_CRASH_KEY); without one, anyone who can publish on <queue>.crashes can spend a task's crash budget")
 	f.log.register(fs)
 	if err := parse(fs, args); err != nil {
 		return err
@@ -122,6 +125,11 @@ func runServe(ctx context.Context, a *app, args []string) error {
 	if f.pollFollow < 0 {
 		return usageErrorf("--poll-follow-within %v: must be 0 (never follow) or more", f.pollFollow)
 	}
+	key, err := crashKey(a, f.crashKeyFile)
+	if err != nil {
+		return err
+	}
+	f.crashKey = key
 	log, err := f.log.logger(a)
 	if err != nil {
 		return err
@@ -249,7 +257,7 @@ func (f serveFlags) workerConfig(c *models.Config, loaded worker.Loaded, reg *pr
 		Results: c.Results,
 		Consumer: consumer.Config{Metrics: met, Worker: host, AlertWebhook: f.alertWebhook, AdvertiseURL: c.HTTP.AdvertiseURL,
 			IntakeWorkers: intake, Writers: f.resultWriters, PollMaxItems: f.pollMaxItems, PollFollowWithin: followWithin(f.pollFollow), DrainTimeout: f.shutdownGrace,
-			QueryGroup: f.queryGroup, TracerProvider: tp, Crash: crash.FleetConfig{Hold: crashHold(f.crashHold), Window: f.crashWindow},
+			QueryGroup: f.queryGroup, TracerProvider: tp, Crash: crash.FleetConfig{Hold: crashHold(f.crashHold), Window: f.crashWindow, Key: f.crashKey},
 			QueueShards: f.queueShards},
 		LocalCrashCounts: f.localCrashes,
 		Registry:         reg, HTTP: c.HTTP, GRPC: c.GRPC, Devices: loaded.Devices(), Logger: log,
