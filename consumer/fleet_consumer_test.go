@@ -8,7 +8,6 @@ import (
 
 	"github.com/inferq/inferq/consumer"
 	"github.com/inferq/inferq/crash"
-	"github.com/inferq/inferq/mq"
 	"github.com/inferq/inferq/task"
 )
 
@@ -43,7 +42,7 @@ func TestFleetCrashReportsSpendTheBudget(t *testing.T) {
 	h := newHarness(t, func(c *harnessConfig) {
 		c.model.Retries.MaxRetries = 2
 		c.configure = func(cc *consumer.Config) {
-			cc.Crash.Events = cc.Broker.(*mq.Conn)
+			cc.Crash.Events = cc.Broker.(crash.Events)
 			cc.Crash.Hold = hold
 		}
 	})

@@ -117,7 +117,7 @@ func newORTServer(t *testing.T, o ortOpts) *ortServer {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	cons, err := consumer.New(consumer.Config{Broker: conn, Store: nopStore{}, Metrics: met, Models: ms})
+	cons, err := consumer.New(consumer.Config{Broker: consumer.Conn(conn), Store: nopStore{}, Metrics: met, Models: ms})
 	if err != nil {
 		t.Fatal(err)
 	}

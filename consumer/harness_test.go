@@ -249,7 +249,7 @@ func (h *harness) start() {
 		t.Fatal(err)
 	}
 	ccfg := consumer.Config{
-		Broker: conn, Store: store, Metrics: h.met, AlertWebhook: h.cfg.webhook, Logger: log,
+		Broker: consumer.Conn(conn), Store: store, Metrics: h.met, AlertWebhook: h.cfg.webhook, Logger: log,
 		Models:       h.models(),
 		DrainTimeout: h.cfg.grace, Writers: 16, IntakeWorkers: 2,
 		StoreFull: h.storeFull, StoreFullCheck: 10 * time.Millisecond,

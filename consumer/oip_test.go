@@ -342,7 +342,7 @@ func bareServer(tb testing.TB, o bareOpts) (*consumer.Server, *prometheus.Regist
 	if o.model != nil {
 		o.model(&m)
 	}
-	srv, err := consumer.New(consumer.Config{Broker: conn, Store: nopStore{}, Metrics: met,
+	srv, err := consumer.New(consumer.Config{Broker: consumer.Conn(conn), Store: nopStore{}, Metrics: met,
 		Models: []consumer.Model{{Config: m, Info: fakeInfo, Batcher: b}}})
 	if err != nil {
 		tb.Fatal(err)

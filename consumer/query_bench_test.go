@@ -94,7 +94,7 @@ func newMLPBench(b *testing.B, delay time.Duration) *mlpBench {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cons, err := consumer.New(consumer.Config{Broker: dial("inferq"), Store: nopStore{}, Metrics: met,
+	cons, err := consumer.New(consumer.Config{Broker: consumer.Conn(dial("inferq")), Store: nopStore{}, Metrics: met,
 		Models: []consumer.Model{{Config: cfg.Models[0], Info: sess.Info(), Batcher: bat}}})
 	if err != nil {
 		b.Fatal(err)

@@ -476,15 +476,6 @@ const (
 	forwardReceives = 5
 )
 
-// resender is what settling needs of the broker connection's sender: the
-// copies that a retry, a dead letter and an unprocessable forward send
-// before settle acks the message. *mq.Sender satisfies it.
-type resender interface {
-	Send(ctx context.Context, msgs ...mq.OutMessage) error
-	SendRetry(ctx context.Context, m *mq.Message, delay time.Duration, attempt int) error
-	SendCopy(ctx context.Context, m *mq.Message, channel string, extra map[string]string) error
-	SendDeadLetter(ctx context.Context, m *mq.Message, dlq, reason string, attempts int) error
-}
 
 // send runs op, a send that settles j's message, up to sendTries times
 // while it fails for a temporary reason, with backoff between tries, and

@@ -94,7 +94,7 @@ func startPeer(t *testing.T, h *harness, b consumer.Batcher, store consumer.Stor
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := consumer.Config{Broker: conn, Store: store, Metrics: met,
+	cfg := consumer.Config{Broker: consumer.Conn(conn), Store: store, Metrics: met,
 		Models: []consumer.Model{{Config: h.cfg.model, Info: fakeInfo, Batcher: b}}, Writers: 4, IntakeWorkers: 1}
 	if configure != nil {
 		configure(&cfg)
@@ -121,7 +121,7 @@ func TestNotReadyBeforeThePollersAnswer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		srv, err := consumer.New(consumer.Config{Broker: h.prod, Store: nopStore{}, Metrics: met, QueueShards: shards,
+		srv, err := consumer.New(consumer.Config{Broker: consumer.Conn(h.prod), Store: nopStore{}, Metrics: met, QueueShards: shards,
 			Models: []consumer.Model{{Config: h.cfg.model, Info: fakeInfo, Batcher: newFakeBatcher()}}})
 		if err != nil {
 			t.Fatal(err)

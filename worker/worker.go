@@ -273,7 +273,7 @@ func (w *Worker) openJournal(context.Context) error {
 
 func (w *Worker) newConsumer(context.Context) error {
 	cc := w.cfg.Consumer
-	cc.Broker, cc.Store, cc.Models, cc.Journal = w.conn, w.store, w.cfg.Models, w.journal
+	cc.Broker, cc.Store, cc.Models, cc.Journal = consumer.Conn(w.conn), w.store, w.cfg.Models, w.journal
 	if cc.Crash.Events == nil && !w.cfg.LocalCrashCounts {
 		cc.Crash.Events = w.conn // the fleet's crash budget (crash.Fleet)
 	}
