@@ -73,7 +73,7 @@ func Conn(c *mq.Conn) Broker { return conn{c} }
 type conn struct{ *mq.Conn }
 
 func (c conn) NewPoller(cfg mq.PollerConfig) (Poller, error) { return c.Conn.NewPoller(cfg) }
-func (c conn) Sender() Sender                                 { return c.Conn.Sender() }
+func (c conn) Sender() Sender                                { return c.Conn.Sender() }
 
 var (
 	_ Poller = (*mq.Poller)(nil)

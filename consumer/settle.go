@@ -476,7 +476,6 @@ const (
 	forwardReceives = 5
 )
 
-
 // send runs op, a send that settles j's message, up to sendTries times
 // while it fails for a temporary reason, with backoff between tries, and
 // returns its last error. It stops at once on a permanent error (see
