@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/inferq/inferq/admit"
 	pb "github.com/inferq/inferq/consumer/inferencepb"
 	"github.com/inferq/inferq/models"
 	"google.golang.org/grpc"
@@ -84,7 +85,7 @@ func NewGRPCServer(c GRPCConfig, opts ...grpc.ServerOption) *grpc.Server {
 		g.token = &b
 	}
 	opts = append([]grpc.ServerOption{
-		grpc.MaxRecvMsgSize(int(c.Server.models.Load().limits.MaxBodyBytes)),
+		grpc.MaxRecvMsgSize(int(maxBody(c.Server.models.Load()))),
 		grpc.InTapHandle(g.tap),
 	}, opts...)
 	srv := grpc.NewServer(opts...)
@@ -132,12 +133,12 @@ func (g *grpcService) ServerMetadata(context.Context, *pb.ServerMetadataRequest)
 // model returns the model called name at version ("" for any), or the
 // NOT_FOUND status.
 func (g *grpcService) model(name, version string) (*Model, error) {
-	m := g.s.models.Load().byName[name]
-	if m == nil {
-		return nil, status.Error(codes.NotFound, g.s.models.Load().unknown(name).Error())
+	m, ok := g.s.models.Load().Model(name)
+	if !ok {
+		return nil, status.Error(codes.NotFound, g.s.models.Load().Unknown(name).Error())
 	}
-	if version != "" && version != m.serving() {
-		return nil, status.Errorf(codes.NotFound, "model %q has no version %q (it serves version %q)", name, version, m.serving())
+	if version != "" && version != m.Serving() {
+		return nil, status.Errorf(codes.NotFound, "model %q has no version %q (it serves version %q)", name, version, m.Serving())
 	}
 	return m, nil
 }
@@ -154,7 +155,7 @@ func (g *grpcService) ModelMetadata(_ context.Context, req *pb.ModelMetadataRequ
 	if err != nil {
 		return nil, err
 	}
-	return &pb.ModelMetadataResponse{Name: m.Config.Name, Versions: []string{m.serving()}, Platform: "onnxruntime_onnx",
+	return &pb.ModelMetadataResponse{Name: m.Config.Name, Versions: []string{m.Serving()}, Platform: "onnxruntime_onnx",
 		Inputs: grpcTensorMetas(tensorMetas(m.Info.Inputs)), Outputs: grpcTensorMetas(tensorMetas(m.Info.Outputs))}, nil
 }
 
@@ -193,17 +194,17 @@ func (g *grpcService) ModelInfer(ctx context.Context, req *pb.ModelInferRequest)
 // gRPC status.
 func (s *Server) grpcInfer(ctx context.Context, m *Model, req *pb.ModelInferRequest, start time.Time) (*pb.ModelInferResponse, string, error) {
 	size := proto.Size(req)
-	r, derr := readGRPCInfer(req, size, modelLimits(m))
+	r, derr := readGRPCInfer(req, size, admit.Limits(&m.Config))
 	if r.task == nil && derr == nil {
 		derr = errors.New("internal error: no request read") // readGRPCInfer returns one or the other
 	}
-	a := admit(admission{from: fromHTTP, decoded: r.task, decodeErr: derr, size: int64(size), tags: s.trace.grpcTags(ctx),
-		model: m.Config.Name, received: start, traced: s.trace.tr != nil}, s.models.Load())
+	a := s.models.Load().Admit(admit.Input{From: admit.FromHTTP, Decoded: r.task, DecodeErr: derr, Size: int64(size), Tags: s.trace.grpcTags(ctx),
+		Model: m.Config.Name, Received: start, Traced: s.trace.tr != nil})
 	root := s.trace.httpRoot(m.Config.Name, &a, start)
-	outputs, outcome, err := s.runSync(ctx, &a, root)
+	outputs, ran, outcome, err := s.runSync(ctx, &a, root)
 	var resp *pb.ModelInferResponse
 	if err == nil {
-		resp = &pb.ModelInferResponse{ModelName: m.Config.Name, ModelVersion: m.version(a.ranVersion), Id: req.Id}
+		resp = &pb.ModelInferResponse{ModelName: m.Config.Name, ModelVersion: m.version(ran), Id: req.Id}
 		if err = grpcOutputs(resp, outputs, r.raw); err != nil {
 			outcome, err = OutcomeFailure, fmt.Errorf("model %q: encoding the result: %w", m.Config.Name, err)
 		}
@@ -219,7 +220,7 @@ func (s *Server) grpcInfer(ctx context.Context, m *Model, req *pb.ModelInferRequ
 // status (inferStatus) in gRPC's terms, with the cases gRPC tells apart.
 func grpcCode(a *admitted, outcome string, err error) codes.Code {
 	switch {
-	case a.verdict == admitTooLarge:
+	case a.Verdict == admit.TooLarge:
 		return codes.ResourceExhausted
 	case outcome == OutcomeExpired && errors.Is(err, context.Canceled):
 		return codes.Canceled
@@ -251,4 +252,13 @@ func (t tracing) grpcTags(ctx context.Context) map[string]string {
 		return ""
 	}
 	return map[string]string{"traceparent": first("traceparent"), "tracestate": first("tracestate")}
+}
+
+// maxBody is the loosest limits.max_body_bytes of mt's models.
+func maxBody(mt *modelTable) int64 {
+	var n int64
+	for _, m := range mt.Models() {
+		n = max(n, admit.BodyLimit(&m.Config))
+	}
+	return n
 }

@@ -55,8 +55,8 @@ func (g *grpcService) RepositoryIndex(_ context.Context, req *pb.RepositoryIndex
 	if g.repo != nil {
 		idx = g.repo.Index(req.Ready)
 	} else {
-		for _, m := range g.s.models.Load().order {
-			idx = append(idx, RepositoryEntry{Name: m.Config.Name, Version: m.serving(), State: "READY"})
+		for _, m := range g.s.models.Load().Models() {
+			idx = append(idx, RepositoryEntry{Name: m.Config.Name, Version: m.Serving(), State: "READY"})
 		}
 	}
 	resp := &pb.RepositoryIndexResponse{Models: make([]*pb.RepositoryIndexResponse_ModelIndex, len(idx))}
@@ -144,11 +144,11 @@ func (g *grpcService) ModelStatistics(_ context.Context, req *pb.ModelStatistics
 		}
 		ms = []*Model{m}
 	} else {
-		ms = slices.Clone(g.s.models.Load().order)
+		ms = slices.Clone(g.s.models.Load().Models())
 	}
 	resp := &pb.ModelStatisticsResponse{}
 	for _, m := range ms {
-		resp.ModelStats = append(resp.ModelStats, g.s.met.tritonStats(m.Config.Name, m.serving()))
+		resp.ModelStats = append(resp.ModelStats, g.s.met.tritonStats(m.Config.Name, m.Serving()))
 	}
 	return resp, nil
 }

@@ -73,7 +73,7 @@ func Handler(c HTTPConfig) http.Handler {
 		}
 		var list []model
 		for _, m := range c.Server.modelList() {
-			list = append(list, model{Name: m.Config.Name, Version: m.serving(), Queue: m.Config.Queue,
+			list = append(list, model{Name: m.Config.Name, Version: m.Serving(), Queue: m.Config.Queue,
 				Devices: c.Devices[m.Config.Name], Inputs: tensorMetas(m.Info.Inputs), Outputs: tensorMetas(m.Info.Outputs)})
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"models": list})

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/inferq/inferq/admit"
 	"github.com/inferq/inferq/batch"
 	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/task"
@@ -102,13 +103,13 @@ func (o *oip) health(w http.ResponseWriter, r *http.Request) {
 func (o *oip) model(w http.ResponseWriter, r *http.Request) *Model {
 	name := r.PathValue("model")
 	mt := o.s.models.Load()
-	m := mt.byName[name]
-	if m == nil {
-		oipError(w, http.StatusNotFound, mt.unknown(name))
+	m, ok := mt.Model(name)
+	if !ok {
+		oipError(w, http.StatusNotFound, mt.Unknown(name))
 		return nil
 	}
-	if v := r.PathValue("version"); v != "" && v != m.serving() {
-		oipError(w, http.StatusNotFound, fmt.Errorf("model %q has no version %q (it serves version %q)", name, v, m.serving()))
+	if v := r.PathValue("version"); v != "" && v != m.Serving() {
+		oipError(w, http.StatusNotFound, fmt.Errorf("model %q has no version %q (it serves version %q)", name, v, m.Serving()))
 		return nil
 	}
 	return m
@@ -120,7 +121,7 @@ func (o *oip) modelMetadata(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
-		"name": m.Config.Name, "versions": []string{m.serving()}, "platform": "onnxruntime_onnx",
+		"name": m.Config.Name, "versions": []string{m.Serving()}, "platform": "onnxruntime_onnx",
 		"inputs": tensorMetas(m.Info.Inputs), "outputs": tensorMetas(m.Info.Outputs),
 	})
 }
@@ -193,9 +194,9 @@ func (o *oip) infer(w http.ResponseWriter, r *http.Request) {
 // declared Content-Length: a client that declares 60 MB and sends a byte a
 // second holds 64 KiB, until the server's read timeout ends it.
 func (o *oip) read(w http.ResponseWriter, r *http.Request, m *Model) ([]byte, error) {
-	limit := bodyLimit(m)
+	limit := admit.BodyLimit(&m.Config)
 	if r.ContentLength > limit {
-		return nil, checkBody(m, r.ContentLength)
+		return nil, admit.CheckBody(&m.Config, r.ContentLength)
 	}
 	var buf bytes.Buffer
 	if r.ContentLength > 0 {
@@ -203,7 +204,7 @@ func (o *oip) read(w http.ResponseWriter, r *http.Request, m *Model) ([]byte, er
 	}
 	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit)); err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			return nil, checkBody(m, -1)
+			return nil, admit.CheckBody(&m.Config, -1)
 		}
 		return nil, fmt.Errorf("reading the request body: %w", err)
 	}
@@ -224,8 +225,8 @@ type oipResult struct {
 // oipInfer admits and runs an infer request body for m, received at
 // start with header h. Safe for concurrent use.
 func (s *Server) oipInfer(ctx context.Context, m *Model, body []byte, h http.Header, start time.Time) oipResult {
-	a := admit(admission{from: fromHTTP, body: body, tags: s.trace.traceHeaders(h), headerLen: h.Get(HeaderInferenceLength),
-		model: m.Config.Name, received: start, traced: s.trace.tr != nil}, s.models.Load())
+	a := s.models.Load().Admit(admit.Input{From: admit.FromHTTP, Body: body, Tags: s.trace.traceHeaders(h), HeaderLen: h.Get(HeaderInferenceLength),
+		Model: m.Config.Name, Received: start, Traced: s.trace.tr != nil})
 	root := s.trace.httpRoot(m.Config.Name, &a, start)
 	res := s.oipRun(ctx, &a, root)
 	var err error
@@ -237,22 +238,22 @@ func (s *Server) oipInfer(ctx context.Context, m *Model, body []byte, h http.Hea
 }
 
 func (s *Server) oipRun(ctx context.Context, a *admitted, root context.Context) oipResult {
-	outputs, outcome, err := s.runSync(ctx, a, root)
+	outputs, ran, outcome, err := s.runSync(ctx, a, root)
 	if err != nil {
 		return oipResult{code: inferStatus(a, outcome, err), err: err, outcome: outcome}
 	}
-	m := a.model
-	resp := task.NewInferResponse(m.Config.Name, m.version(a.ranVersion), outputs, a.task)
+	m := a.Model
+	resp := task.NewInferResponse(m.Config.Name, m.version(ran), outputs, a.Task)
 	b := make([]byte, 0, 256)
-	if a.task.ID != "" {
-		q, _ := json.Marshal(a.task.ID)
+	if a.Task.ID != "" {
+		q, _ := json.Marshal(a.Task.ID)
 		b = append(append(append(b, `{"id":`...), q...), ',')
 	}
 	js, bin, err := resp.Encode()
 	if err != nil {
 		return oipResult{code: http.StatusInternalServerError, err: fmt.Errorf("model %q: encoding the result: %w", m.Config.Name, err), outcome: OutcomeFailure}
 	}
-	if a.task.ID != "" {
+	if a.Task.ID != "" {
 		js = js[1:] // the response's own '{' is already there
 	}
 	b = append(b, js...)
@@ -266,9 +267,9 @@ func (s *Server) oipRun(ctx context.Context, a *admitted, root context.Context) 
 // a gRPC code (grpcCode).
 func inferStatus(a *admitted, outcome string, err error) int {
 	switch {
-	case a.verdict == admitUnknownModel:
+	case a.Verdict == admit.UnknownModel:
 		return http.StatusNotFound
-	case a.verdict != admitRun, outcome == OutcomeBadInput, outcome == OutcomeExpired:
+	case a.Verdict != admit.Run, outcome == OutcomeBadInput, outcome == OutcomeExpired:
 		return http.StatusBadRequest
 	case errors.Is(err, batch.ErrClosed), Unavailable(err):
 		return http.StatusServiceUnavailable
