@@ -57,7 +57,7 @@ func TestShardedQueueTwoServers(t *testing.T) {
 				t.Errorf("shard %d (%s) polled by %d servers, want 1", i, ch, took)
 			}
 		}
-		if n := h.fake.total.Load() + fake.total.Load(); n != 200 {
+		if n := h.fake.Total.Load() + fake.Total.Load(); n != 200 {
 			t.Errorf("%d runs for 200 tasks", n)
 		}
 		second.stop()

@@ -2,7 +2,6 @@ package consumer
 
 import (
 	"context"
-	"net/http"
 	"time"
 
 	"github.com/inferq/inferq/mq"
@@ -96,15 +95,6 @@ func (t tracing) httpRoot(model string, a *admitted, at time.Time) context.Conte
 		return nil
 	}
 	return t.root(SpanHTTP, trace.SpanKindServer, a.Remote, at, AttrModel.String(model))
-}
-
-// traceHeaders are the W3C trace headers of an HTTP request as tags, for
-// admission (nil when tracing is off).
-func (t tracing) traceHeaders(h http.Header) map[string]string {
-	if t.tr == nil {
-		return nil
-	}
-	return map[string]string{"traceparent": h.Get("traceparent"), "tracestate": h.Get("tracestate")}
 }
 
 // stage ends the stage span open in cur, if any, and opens the stage name
