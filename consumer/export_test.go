@@ -14,9 +14,3 @@ const (
 	SendBackoff     = sendBackoff
 	ForwardReceives = forwardReceives
 )
-
-// The gRPC endpoint's tensor conversions, for clients in tests.
-var (
-	TypedContents = typedContents
-	TypedData     = typedData
-)

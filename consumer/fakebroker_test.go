@@ -275,7 +275,7 @@ func TestQueueLoopOnAFake(t *testing.T) {
 	if len(b.acked) != 20+3+1 || len(b.nacked) != 0 || len(b.gaveBak) != 0 {
 		t.Errorf("%d acked, %d nacked, %d given back; want 24, 0, 0", len(b.acked), len(b.nacked), len(b.gaveBak))
 	}
-	if n := fake.runsOf(0); n != 20+3 {
+	if n := fake.RunsOf(0); n != 20+3 {
 		t.Errorf("%d runs, want 23 (20 tasks, 3 attempts of the failing one)", n)
 	}
 	if q := b.queues[m.Queue]; len(q) != 0 {

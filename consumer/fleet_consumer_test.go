@@ -68,8 +68,8 @@ func TestFleetCrashReportsSpendTheBudget(t *testing.T) {
 	if crashed.Status != task.StatusSuccess {
 		t.Errorf("crashed once: %s %q", crashed.Status, crashed.Error)
 	}
-	if h.fake.total.Load() != 1 {
-		t.Errorf("%d runs, want 1 (the spent task must not run)", h.fake.total.Load())
+	if h.fake.Total.Load() != 1 {
+		t.Errorf("%d runs, want 1 (the spent task must not run)", h.fake.Total.Load())
 	}
 	if d := time.Since(sent); d < hold {
 		t.Errorf("the task with a crash ran after %v, before the crash hold of %v", d, hold)

@@ -21,6 +21,7 @@ import (
 	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/models/examples"
 	"github.com/inferq/inferq/mq"
+	"github.com/inferq/inferq/oip"
 	"github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/task"
 	"github.com/prometheus/client_golang/prometheus"
@@ -100,7 +101,7 @@ func newMLPBench(b *testing.B, delay time.Duration) *mlpBench {
 		b.Fatal(err)
 	}
 	wg.Go(func() { _ = cons.Run(ctx) })
-	hs := httptest.NewServer(consumer.Handler(consumer.HTTPConfig{Server: cons, Gatherer: reg}))
+	hs := httptest.NewServer(oip.Handler(cons, oip.HTTPConfig{Gatherer: reg, Metrics: met}))
 	b.Cleanup(hs.Close)
 
 	x := make([]string, examples.MLPInputs)

@@ -329,7 +329,7 @@ func (q *queue) arrived() {
 	if q.arriving.Add(-1) != 0 {
 		return
 	}
-	for _, m := range q.table.Load().order {
+	for _, m := range q.table.Load().Models() {
 		if f, ok := m.Batcher.(flusher); ok {
 			f.Flush()
 		}
@@ -419,11 +419,11 @@ func New(cfg Config) (*Server, error) {
 			s.queues = append(s.queues, q)
 		}
 		m.pol = s.policy(m, q)
-		if err := q.table.Load().add(m); err != nil {
-			return nil, err
+		if err := q.table.Load().Add(m); err != nil {
+			return nil, fmt.Errorf("consumer: %w", err)
 		}
-		if all.byName[m.Config.Name] == nil {
-			_ = all.add(m) // HTTP names a model; the first of a name serves it
+		if _, served := all.Model(m.Config.Name); !served {
+			_ = all.Add(m) // HTTP names a model; the first of a name serves it
 		}
 		if m.MaxInFlight > 0 {
 			maxInFlight = max(maxInFlight, m.MaxInFlight)

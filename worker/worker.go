@@ -18,6 +18,7 @@ import (
 	"github.com/inferq/inferq/logclip"
 	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/mq"
+	"github.com/inferq/inferq/oip"
 	"github.com/inferq/inferq/results"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
@@ -91,7 +92,7 @@ type Config struct {
 	// Repository, optional, answers the gRPC endpoint's model repository
 	// RPCs (RepositoryIndex, RepositoryModelLoad, RepositoryModelUnload),
 	// the gRPC side of Routes.
-	Repository consumer.ModelRepository
+	Repository oip.ModelRepository
 	// LocalCrashCounts keeps crash counts to this process's journal: no
 	// crash reports are shared with the queue's other replicas
 	// (consumer.Config.Crash.Events stays nil).
@@ -108,6 +109,7 @@ type Worker struct {
 	journal *crash.Journal
 	dirLock *datadir.Lock
 	srv     *consumer.Server
+	met     *consumer.Metrics // the consumer's, which the HTTP and gRPC endpoints count into too
 	lis     net.Listener
 	hs      *http.Server
 	glis    net.Listener // the gRPC listener (grpc.go)
@@ -293,7 +295,7 @@ func (w *Worker) newConsumer(context.Context) error {
 	if err != nil {
 		return err
 	}
-	w.srv = srv
+	w.srv, w.met = srv, cc.Metrics
 	return nil
 }
 
@@ -322,7 +324,7 @@ func (w *Worker) listen(context.Context) error {
 	}
 	w.lis = lis
 	w.hs = &http.Server{
-		Handler: consumer.Handler(consumer.HTTPConfig{Server: w.srv, Gatherer: w.cfg.Registry, Devices: w.cfg.Devices,
+		Handler: oip.Handler(w.srv, oip.HTTPConfig{Gatherer: w.cfg.Registry, Metrics: w.met, Devices: w.cfg.Devices,
 			AuthToken: token, MaxConcurrentInfer: h.MaxConcurrentRequests, Routes: w.cfg.Routes}),
 		// A client that declares a body and trickles it holds a
 		// connection and an infer slot until ReadTimeout, no longer.
