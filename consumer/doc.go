@@ -18,13 +18,23 @@
 //	           --Enqueue--> batch.Batcher, the job its Request's Owner
 //	settle.go  job.RunStarting (journal, progress), job.Finished --> writers:
 //	           decide (a pure function: ack, retry after d, dead-letter,
-//	           unprocessable, give back) then settle carries it out:
-//	           results Store.Put, then Ack / Retry / DeadLetter / Forward / NAck
+//	           unprocessable, give back), then settle, the one place that
+//	           ends a message: results Store.Put; afterStore (a second pure
+//	           step: what a failed store changes); then Ack, or a copy sent
+//	           (Sender.SendRetry, SendDeadLetter, SendCopy) and Ack, or
+//	           NAck, GiveBack, ReQueue. Messages intake did not take end in
+//	           refuse; polls that spread.go moves to another shard, in
+//	           moveTo.
+//
+// The broker is the interfaces of server.go (Broker, Poller, Sender):
+// Conn adapts an *mq.Conn, and an in-memory fake drives the loop in tests
+// (fakebroker_test.go). mq decides nothing; its Poller settles nothing.
 //
 // server.go holds the Server's construction, Run and the queue-depth
 // sampler; dynamic.go the models added and removed while it runs; policy.go
 // the queue policy (max_queue_size, default_queue_timeout); shards.go the
-// sharded queues; events.go progress events and DLQ alerts; metrics.go
+// sharded queues; spread.go a fleet on one plain queue (shard 0's polls
+// moved to the replicas with room); events.go progress events and DLQ alerts; metrics.go
 // the collectors; tracing.go the spans. Sync queries (query.go) and Open
 // Inference Protocol infer requests (frontend.go: Infer, for package oip)
 // take the same admission and the same batcher, ahead of queued tasks, and

@@ -22,6 +22,7 @@ import (
 	"github.com/inferq/inferq/results"
 	"github.com/inferq/inferq/task"
 	"github.com/inferq/inferq/tensor"
+	"github.com/inferq/inferq/worker"
 	pb "github.com/kubemq-io/protobuf/go"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -164,7 +165,7 @@ func (h *harness) start() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rb := consumer.ResultsBroker(conn)
+	rb := worker.ResultsBroker(conn)
 	if h.cfg.brokerWrap != nil {
 		rb = h.cfg.brokerWrap(rb)
 	}

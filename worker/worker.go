@@ -175,7 +175,7 @@ func (w *Worker) openStore(context.Context) error {
 		dir = filepath.Join(w.cfg.DataDir, "results")
 	}
 	store, err := results.New(results.Config{
-		Broker: consumer.ResultsBroker(w.conn), Logger: w.log.With("component", "results"),
+		Broker: ResultsBroker(w.conn), Logger: w.log.With("component", "results"),
 		DataDir: dir, MemoryOnly: memory, BrokerAway: brokerAway,
 		SpoolEntries: w.cfg.Results.SpoolMaxEntries, SpoolMemoryBytes: w.cfg.Results.SpoolMaxMemoryBytes,
 		SpoolDiskBytes: w.cfg.Results.SpoolMaxDiskBytes,
