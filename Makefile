@@ -114,9 +114,9 @@ test: setup nocgo
 chaos: setup
 	$(GO) test ./chaos -count=1 -v -timeout 60m -args -chaos.full
 
-## nocgo: the producer side (client, task, tensor) builds without cgo, so Go producers need no C compiler; so do the batcher and the queue loop (batch, consumer): only runtime links onnxruntime
+## nocgo: the producer side (client, task, tensor) builds without cgo, so Go producers need no C compiler; so do the batcher, admission, the queue loop and the front ends (batch, admit, consumer, oip): only runtime links onnxruntime
 nocgo:
-	CGO_ENABLED=0 $(GO) build ./client/... ./task/... ./tensor/... ./batch/... ./consumer/...
+	CGO_ENABLED=0 $(GO) build ./client/... ./task/... ./tensor/... ./batch/... ./consumer/... ./admit/... ./oip/...
 
 ## lint: gofmt and go vet
 lint: nocgo

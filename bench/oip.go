@@ -9,8 +9,8 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/inferq/inferq/consumer"
-	pb "github.com/inferq/inferq/consumer/inferencepb"
+	"github.com/inferq/inferq/oip"
+	pb "github.com/inferq/inferq/oip/inferencepb"
 	"github.com/inferq/inferq/task"
 	"github.com/inferq/inferq/tensor"
 	"google.golang.org/grpc"
@@ -97,7 +97,7 @@ func (c *oipClients) httpInfer(ctx context.Context, url, model string, in []tens
 		return nil, err
 	}
 	if binary {
-		req.Header.Set(consumer.HeaderInferenceLength, strconv.Itoa(n))
+		req.Header.Set(oip.HeaderInferenceLength, strconv.Itoa(n))
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
@@ -112,9 +112,9 @@ func (c *oipClients) httpInfer(ctx context.Context, url, model string, in []tens
 		return nil, fmt.Errorf("http infer: %s: %.200s", resp.Status, b)
 	}
 	jl := len(b)
-	if h := resp.Header.Get(consumer.HeaderInferenceLength); h != "" {
+	if h := resp.Header.Get(oip.HeaderInferenceLength); h != "" {
 		if jl, err = strconv.Atoi(h); err != nil || jl > len(b) {
-			return nil, fmt.Errorf("http infer: %s %q does not fit %d bytes", consumer.HeaderInferenceLength, h, len(b))
+			return nil, fmt.Errorf("http infer: %s %q does not fit %d bytes", oip.HeaderInferenceLength, h, len(b))
 		}
 	}
 	r, err := task.DecodeInferResponse(b[:jl], b[jl:])

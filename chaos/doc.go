@@ -17,5 +17,6 @@
 // The package holds tests only: `go test ./chaos` runs the short form
 // (seconds per scenario, part of `make test`); `make chaos` runs the full
 // form (`-args -chaos.full`). See chaos_test.go for the flags and the
-// README's "Chaos" section for what each scenario does.
+// "make chaos" section of docs/benchmarks-and-chaos.md for what each
+// scenario does.
 package chaos

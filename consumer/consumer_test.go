@@ -81,7 +81,7 @@ func testRetries(t *testing.T, on brokerOpt) {
 		if r.Status != task.StatusSuccess || r.Attempts != 3 {
 			t.Fatalf("record %+v, want SUCCESS after 3 attempts", r)
 		}
-		if n := h.fake.runsOf(7); n != 3 {
+		if n := h.fake.RunsOf(7); n != 3 {
 			t.Errorf("ran %d times, want 3", n)
 		}
 		if n := testutil.ToFloat64(h.met.Retries); n != 2 {
@@ -108,7 +108,7 @@ func testRetries(t *testing.T, on brokerOpt) {
 			t.Fatalf("record %+v, want FAILURE after 2 attempts", r)
 		}
 		waitFor(t, 5*time.Second, "the producer's failed-task queue", func() bool { return len(h.queueMsgs(h.q+".producer-failed")) == 1 })
-		if n := h.fake.runsOf(7); n != 2 {
+		if n := h.fake.RunsOf(7); n != 2 {
 			t.Errorf("ran %d times, want 2", n)
 		}
 	})
@@ -171,8 +171,8 @@ func testPermanentFailures(t *testing.T, on brokerOpt) {
 			t.Fatalf("record %+v", r)
 		}
 		waitFor(t, 5*time.Second, "the DLQ", func() bool { return len(h.queueMsgs(h.q+".dlq")) == 1 })
-		if h.fake.total.Load() != 0 {
-			t.Errorf("a bad input ran %d times", h.fake.total.Load())
+		if h.fake.Total.Load() != 0 {
+			t.Errorf("a bad input ran %d times", h.fake.Total.Load())
 		}
 		h.settled(h.q)
 	})
@@ -224,7 +224,7 @@ func testDeadLetter(t *testing.T, on brokerOpt) {
 			}
 			waitFor(t, 5*time.Second, "the webhook", func() bool { return hooks.Load() == 1 })
 			h.settled(h.q)
-			if n := h.fake.runsOf(5); n != retries+1 {
+			if n := h.fake.RunsOf(5); n != retries+1 {
 				t.Errorf("ran %d times, want %d", n, retries+1)
 			}
 			if n := testutil.ToFloat64(h.met.DLQ); n != 1 {
@@ -271,7 +271,7 @@ func testDeadlineAndCancel(t *testing.T, on brokerOpt) {
 	if ok.Status != task.StatusSuccess {
 		t.Errorf("task within its deadline: %+v", ok)
 	}
-	if h.fake.runsOf(1)+h.fake.runsOf(2) != 0 {
+	if h.fake.RunsOf(1)+h.fake.RunsOf(2) != 0 {
 		t.Errorf("expired or cancelled tasks ran")
 	}
 	h.settled(h.q)
@@ -319,7 +319,7 @@ func testResultStoreFailureSpoolsAndReplays(t *testing.T, on brokerOpt) {
 			t.Errorf("record %+v", r)
 		}
 	}
-	if got := h.fake.total.Load(); got != n {
+	if got := h.fake.Total.Load(); got != n {
 		t.Errorf("ran %d times for %d tasks: results were recomputed", got, n)
 	}
 	waitFor(t, 5*time.Second, "the spool to empty", func() bool { return h.store.Stats().Pending == 0 })
@@ -352,9 +352,9 @@ func TestFullSpoolPausesIntake(t *testing.T) {
 	held := h.cons.PollerStats()[h.q].Messages
 	checks := h.fullChecks.Load()
 	waitFor(t, 10*time.Second, "the gate to ask again (or a task to run)", func() bool {
-		return h.fullChecks.Load() >= checks+20 || h.fake.total.Load() > first
+		return h.fullChecks.Load() >= checks+20 || h.fake.Total.Load() > first
 	})
-	if got := h.fake.total.Load(); got != first {
+	if got := h.fake.Total.Load(); got != first {
 		t.Errorf("%d tasks ran while the spool was full, want the %d taken before", got, first)
 	}
 	if st := h.cons.PollerStats()[h.q]; st.Messages != held {
@@ -369,7 +369,7 @@ func TestFullSpoolPausesIntake(t *testing.T) {
 			t.Errorf("record %+v", r)
 		}
 	}
-	if got := h.fake.total.Load(); got != first+more {
+	if got := h.fake.Total.Load(); got != first+more {
 		t.Errorf("ran %d times for %d tasks", got, first+more)
 	}
 	waitFor(t, 10*time.Second, "ready again", h.cons.Ready)
@@ -414,7 +414,7 @@ func TestBrokerLossMidLoad(t *testing.T) {
 // given back, nothing is lost; a new consumer finishes the queue.
 func TestShutdownMidLoadLosesNothing(t *testing.T) {
 	h := newHarness(t)
-	h.fake.gate = make(chan struct{})
+	h.fake.Gate = make(chan struct{})
 	const n = 50
 	for i := range n {
 		h.send(fmt.Sprintf("t%d", i), 1, float32(i))
@@ -424,7 +424,7 @@ func TestShutdownMidLoadLosesNothing(t *testing.T) {
 	go func() {
 		for range n * 4 {
 			select {
-			case h.fake.gate <- struct{}{}:
+			case h.fake.Gate <- struct{}{}:
 			case <-time.After(10 * time.Second):
 				return
 			}
@@ -543,13 +543,13 @@ func TestQueueDepthMetric(t *testing.T) {
 					c.queueTail = tail
 					c.configure = func(cc *consumer.Config) { cc.DepthEvery = 50 * time.Millisecond }
 				})
-				h.fake.gate = make(chan struct{})
+				h.fake.Gate = make(chan struct{})
 				for i := range 3 {
 					h.send(fmt.Sprintf("t%d", i), 1, float32(i))
 				}
 				depth := func() float64 { return testutil.ToFloat64(h.met.QueueDepth.WithLabelValues(h.q)) }
 				waitFor(t, 5*time.Second, "queue depth 3", func() bool { return depth() == 3 })
-				close(h.fake.gate)
+				close(h.fake.Gate)
 				waitFor(t, 5*time.Second, "queue depth 0", func() bool { return depth() == 0 })
 			})
 		}

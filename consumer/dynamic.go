@@ -121,7 +121,7 @@ func (s *Server) AddModel(m Model) error {
 		return fmt.Errorf("consumer: model %q: the server is stopping", m.Config.Name)
 	}
 	all := s.models.Load()
-	if all.byName[m.Config.Name] != nil {
+	if _, served := all.Model(m.Config.Name); served {
 		return fmt.Errorf("consumer: model %q is served already", m.Config.Name)
 	}
 	if s.dyn.models == nil {
@@ -147,8 +147,8 @@ func (s *Server) AddModel(m Model) error {
 		}
 	}
 	pm.pol = s.policy(pm, q)
-	q.table.Store(q.table.Load().with(pm))
-	s.models.Store(all.with(pm))
+	q.table.Store(q.table.Load().With(pm))
+	s.models.Store(all.With(pm))
 	s.dyn.models = append(s.dyn.models, pm)
 	s.log.Info("model added", "model", m.Config.Name, "queue", q.name, "version", m.Version)
 	return nil
@@ -163,8 +163,8 @@ func (s *Server) AddModel(m Model) error {
 func (s *Server) RemoveModel(ctx context.Context, name string) error {
 	s.dyn.mu.Lock()
 	all := s.models.Load()
-	m := all.byName[name]
-	if m == nil {
+	m, served := all.Model(name)
+	if !served {
 		s.dyn.mu.Unlock()
 		return fmt.Errorf("consumer: model %q is not served", name)
 	}
@@ -178,8 +178,8 @@ func (s *Server) RemoveModel(ctx context.Context, name string) error {
 		if q.name != m.Config.Queue {
 			continue
 		}
-		left := q.table.Load().without(name)
-		if len(left.order) > 0 {
+		left := q.table.Load().Without(name)
+		if len(left.Models()) > 0 {
 			q.table.Store(left)
 			break
 		}
@@ -190,7 +190,7 @@ func (s *Server) RemoveModel(ctx context.Context, name string) error {
 		}
 		break
 	}
-	s.models.Store(all.without(name))
+	s.models.Store(all.Without(name))
 	s.dyn.models = slices.DeleteFunc(s.dyn.models, func(x *Model) bool { return x == m })
 	s.dyn.mu.Unlock()
 	if stop != nil {
@@ -213,34 +213,13 @@ func (s *Server) RemoveModel(ctx context.Context, name string) error {
 // model repository's) and says which one takes requests now.
 type servingReporter interface{ Serving() string }
 
-// serving is the version that takes m's requests now: its batcher's, else
-// m.Version.
-func (m *Model) serving() string {
+// Serving is the version that takes m's requests now: its batcher's, else
+// m.Version. Safe for concurrent use.
+func (m *Model) Serving() string {
 	if r, ok := m.Batcher.(servingReporter); ok {
 		if v := r.Serving(); v != "" {
 			return v
 		}
 	}
 	return m.Version
-}
-
-// with is a copy of mt with m added.
-func (mt *modelTable) with(m *Model) *modelTable {
-	out := newModelTable(mt.where)
-	for _, x := range mt.order {
-		_ = out.add(x)
-	}
-	_ = out.add(m)
-	return out
-}
-
-// without is a copy of mt without the model called name.
-func (mt *modelTable) without(name string) *modelTable {
-	out := newModelTable(mt.where)
-	for _, x := range mt.order {
-		if x.Config.Name != name {
-			_ = out.add(x)
-		}
-	}
-	return out
 }

@@ -3,7 +3,7 @@ package consumer
 // Seams for the package's external tests.
 
 // Resender is settling's view of the broker connection's sender.
-type Resender = resender
+type Resender = Sender
 
 // WrapSender replaces s's sender with wrap(its sender); call it before Run.
 func WrapSender(s *Server, wrap func(Resender) Resender) { s.sender = wrap(s.sender) }
@@ -13,10 +13,4 @@ const (
 	SendTries       = sendTries
 	SendBackoff     = sendBackoff
 	ForwardReceives = forwardReceives
-)
-
-// The gRPC endpoint's tensor conversions, for clients in tests.
-var (
-	TypedContents = typedContents
-	TypedData     = typedData
 )

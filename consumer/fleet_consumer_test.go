@@ -10,7 +10,6 @@ import (
 
 	"github.com/inferq/inferq/consumer"
 	"github.com/inferq/inferq/crash"
-	"github.com/inferq/inferq/mq"
 	"github.com/inferq/inferq/task"
 )
 
@@ -60,7 +59,7 @@ func testFleetCrashReportsSpendTheBudget(t *testing.T, key []byte) {
 	h := newHarness(t, func(c *harnessConfig) {
 		c.model.Retries.MaxRetries = 2
 		c.configure = func(cc *consumer.Config) {
-			cc.Crash.Events = cc.Broker.(*mq.Conn)
+			cc.Crash.Events = cc.Broker.(crash.Events)
 			cc.Crash.Hold = hold
 			cc.Crash.Key = key
 		}
@@ -87,8 +86,8 @@ func testFleetCrashReportsSpendTheBudget(t *testing.T, key []byte) {
 	if crashed.Status != task.StatusSuccess {
 		t.Errorf("crashed once: %s %q", crashed.Status, crashed.Error)
 	}
-	if h.fake.total.Load() != 1 {
-		t.Errorf("%d runs, want 1 (the spent task must not run)", h.fake.total.Load())
+	if h.fake.Total.Load() != 1 {
+		t.Errorf("%d runs, want 1 (the spent task must not run)", h.fake.Total.Load())
 	}
 	if d := time.Since(sent); d < hold {
 		t.Errorf("the task with a crash ran after %v, before the crash hold of %v", d, hold)
@@ -115,7 +114,7 @@ func TestFleetForgedCrashReports(t *testing.T) {
 			h := newHarness(t, func(c *harnessConfig) {
 				c.model.Retries.MaxRetries = 2
 				c.configure = func(cc *consumer.Config) {
-					cc.Crash.Events = cc.Broker.(*mq.Conn)
+					cc.Crash.Events = cc.Broker.(crash.Events)
 					cc.Crash.Hold = 100 * time.Millisecond
 					cc.Crash.Key = key
 					cc.Crash.Refused = func(reason string) { mu.Lock(); refused[reason]++; mu.Unlock() }
@@ -163,8 +162,8 @@ func TestFleetForgedCrashReports(t *testing.T) {
 				}
 				return
 			}
-			if dlq != 0 || h.fake.total.Load() != tasks {
-				t.Errorf("with a fleet key: %d in the DLQ, %d runs, want 0 and %d", dlq, h.fake.total.Load(), tasks)
+			if dlq != 0 || h.fake.Total.Load() != tasks {
+				t.Errorf("with a fleet key: %d in the DLQ, %d runs, want 0 and %d", dlq, h.fake.Total.Load(), tasks)
 			}
 			if refused[crash.RefusedUnsigned] != len(ids) || refused[crash.RefusedForged] != len(ids) {
 				t.Errorf("refusals %v, want %d unsigned and %d forged", refused, len(ids), len(ids))

@@ -13,85 +13,37 @@ import (
 	"testing"
 	"time"
 
-	"github.com/inferq/inferq/batch"
 	"github.com/inferq/inferq/broker"
 	"github.com/inferq/inferq/broker/brokertest"
 	"github.com/inferq/inferq/consumer"
+	"github.com/inferq/inferq/consumer/consumertest"
 	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/mq"
 	"github.com/inferq/inferq/results"
 	"github.com/inferq/inferq/task"
 	"github.com/inferq/inferq/tensor"
+	"github.com/inferq/inferq/worker"
 	pb "github.com/kubemq-io/protobuf/go"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// The fake model: x FP32 [-1,4] -> y FP32 [-1,4], y = x * 2. The first
-// value of x steers the fake: >= 1000 fails every attempt, 500..999 fails
-// the first (value-500) attempts of that task, NaN panics nowhere but
-// counts as a run.
-var fakeInfo = tensor.ModelInfo{
-	Inputs:  []tensor.TensorInfo{{Name: "x", DType: tensor.FP32, Dims: []int64{-1, 4}}},
-	Outputs: []tensor.TensorInfo{{Name: "y", DType: tensor.FP32, Dims: []int64{-1, 4}}},
-}
+// The fake model (x FP32 [-1,4] -> y = x * 2, steered by x[0], keyed by
+// x[1]), its batchers and the HTTP helper are package consumertest's,
+// which package oip's tests share.
+var (
+	fakeInfo       = consumertest.FakeInfo
+	newFakeBatcher = consumertest.NewFakeBatcher
+	newBatcher     = consumertest.NewBatcher
+	runBatcher     = consumertest.RunBatcher
+	defaultModel   = consumertest.Model
+	do             = consumertest.Do
+)
 
-// fakeBatcher runs each item on its own goroutine, like a batcher that
-// never batches; it counts runs per task key (x[1]).
-type fakeBatcher struct {
-	mu    sync.Mutex
-	runs  map[float32]int
-	total atomic.Int64
-	gate  chan struct{} // when set, every run waits for a receive
-}
-
-func newFakeBatcher() *fakeBatcher { return &fakeBatcher{runs: map[float32]int{}} }
-
-func (f *fakeBatcher) Enqueue(ctx context.Context, r *batch.Request) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	go func() {
-		if f.gate != nil {
-			<-f.gate
-		}
-		if err := ctx.Err(); err != nil {
-			r.Finish(batch.ItemResult{Err: err})
-			return
-		}
-		r.Start(1)
-		r.Finish(f.run(r.Item))
-	}()
-	return nil
-}
-
-func (f *fakeBatcher) run(it batch.Item) batch.ItemResult {
-	f.total.Add(1)
-	x, err := tensor.Values[float32](it.Inputs[0])
-	if err != nil {
-		return batch.ItemResult{Err: err}
-	}
-	f.mu.Lock()
-	f.runs[x[1]]++
-	n := f.runs[x[1]]
-	f.mu.Unlock()
-	switch {
-	case x[0] >= 1000:
-		return batch.ItemResult{Err: errors.New("boom: the model failed")}
-	case x[0] >= 500 && n <= int(x[0]-500):
-		return batch.ItemResult{Err: fmt.Errorf("transient failure %d", n)}
-	}
-	y := make([]float32, len(x))
-	for i, v := range x {
-		y[i] = 2 * v
-	}
-	return batch.ItemResult{Outputs: []tensor.Tensor{tensor.NewTensor("y", it.Inputs[0].Shape, y)}}
-}
-
-func (f *fakeBatcher) runsOf(key float32) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.runs[key]
-}
+type (
+	fakeBatcher = consumertest.FakeBatcher
+	gatedRunner = consumertest.GatedRunner
+	nopStore    = consumertest.NopStore
+)
 
 // harness is a broker, a consumer of queue "q" serving model "m", and a
 // producer connection that sends tasks and collects their records from the
@@ -140,21 +92,9 @@ type harnessConfig struct {
 }
 
 const (
-	testQueue = "q"
-	testModel = "m"
+	testQueue = consumertest.Queue
+	testModel = consumertest.ModelName
 )
-
-func defaultModel() models.Model {
-	m := models.NewModel(testModel)
-	m.Path = "unused.onnx"
-	m.Queue = testQueue
-	c := models.Config{Models: []models.Model{m}}
-	c.SetDefaults()
-	m = c.Models[0]
-	m.Retries.BackoffInitial = models.Duration(time.Second)
-	m.Retries.BackoffMax = models.Duration(4 * time.Second)
-	return m
-}
 
 // brokerOpt adjusts a harness's config.
 type brokerOpt = func(*harnessConfig)
@@ -225,7 +165,7 @@ func (h *harness) start() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rb := consumer.ResultsBroker(conn)
+	rb := worker.ResultsBroker(conn)
 	if h.cfg.brokerWrap != nil {
 		rb = h.cfg.brokerWrap(rb)
 	}
@@ -249,7 +189,7 @@ func (h *harness) start() {
 		t.Fatal(err)
 	}
 	ccfg := consumer.Config{
-		Broker: conn, Store: store, Metrics: h.met, AlertWebhook: h.cfg.webhook, Logger: log,
+		Broker: consumer.Conn(conn), Store: store, Metrics: h.met, AlertWebhook: h.cfg.webhook, Logger: log,
 		Models:       h.models(),
 		DrainTimeout: h.cfg.grace, Writers: 16, IntakeWorkers: 2,
 		StoreFull: h.storeFull, StoreFullCheck: 10 * time.Millisecond,

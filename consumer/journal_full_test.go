@@ -15,6 +15,7 @@ import (
 
 	"github.com/inferq/inferq/consumer"
 	"github.com/inferq/inferq/crash"
+	"github.com/inferq/inferq/oip"
 	"github.com/inferq/inferq/task"
 )
 
@@ -54,7 +55,7 @@ func TestJournalFullDiskServes(t *testing.T) {
 			cc.Logger = slog.New(slog.NewTextHandler(&consumerLogs, nil))
 		}
 	})
-	srv := httptest.NewServer(consumer.Handler(consumer.HTTPConfig{Server: h.cons, Gatherer: h.reg}))
+	srv := httptest.NewServer(oip.Handler(h.cons, oip.HTTPConfig{Gatherer: h.reg, Metrics: h.met}))
 	t.Cleanup(srv.Close)
 	readyz := func() (int, map[string]bool) {
 		resp, err := http.Get(srv.URL + "/readyz")

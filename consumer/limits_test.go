@@ -240,7 +240,7 @@ func TestFailingRetryResendBacksOff(t *testing.T) {
 			if n := len(fake.tries()); n != retries*tc.tries {
 				t.Errorf("%d resend tries, want %d", n, retries*tc.tries)
 			}
-			if n := h.fake.runsOf(7); n != retries+1 {
+			if n := h.fake.RunsOf(7); n != retries+1 {
 				t.Errorf("ran %d times, want %d", n, retries+1)
 			}
 		})
@@ -261,7 +261,7 @@ func TestExhaustedTaskDoesNotRunAgain(t *testing.T) {
 	h.send("t1", 1000, 7) // fails every run
 	waitFor(t, 30*time.Second, "the DLQ", func() bool { return len(h.queueMsgs(h.q+".dlq")) > 0 })
 	h.settled(h.q)
-	if got := h.fake.runsOf(7); got != 1 {
+	if got := h.fake.RunsOf(7); got != 1 {
 		t.Errorf("the task ran %d times over %d deliveries, want once (max_retries 0)", got, consumer.ForwardReceives)
 	}
 	if got := puts.count("t1", task.StatusFailure); got != 1 {
@@ -295,7 +295,7 @@ func TestRecordRefusedForGoodDeadLetters(t *testing.T) {
 	h.sendMsg(h.taskMsg("t1", testModel, 1, 9))
 	waitFor(t, 15*time.Second, "the DLQ", func() bool { return len(h.queueMsgs(h.q+".dlq")) > 0 })
 	h.settled(h.q)
-	if got := h.fake.runsOf(9); got != 1 {
+	if got := h.fake.RunsOf(9); got != 1 {
 		t.Errorf("the task ran %d times, want once", got)
 	}
 	dlq := h.queueMsgs(h.q + ".dlq")

@@ -56,7 +56,7 @@ type Metrics struct {
 	GRPCInfer    *prometheus.CounterVec   // inferq_grpc_infer_total{model,outcome}
 	SyncDuration *prometheus.HistogramVec // inferq_sync_duration_seconds{model,via}
 	// The Triton dashboard's per-model series, for every path (tasks,
-	// queries, HTTP, gRPC) alike; see README "Metrics".
+	// queries, HTTP, gRPC) alike; see docs/operating.md, "Health, metrics, traces and logs".
 	InferSuccess *prometheus.CounterVec   // inferq_inference_request_success_total{model}
 	InferFailure *prometheus.CounterVec   // inferq_inference_request_failure_total{model,reason}
 	Compute      *prometheus.HistogramVec // inferq_inference_compute_duration_seconds{model}

@@ -90,7 +90,7 @@ func TestBadNamesGoToUnprocessable(t *testing.T) {
 			if !bytes.Equal(got.Body, m.Body) || got.Tags[mq.TagOrigin] != h.q {
 				t.Errorf("forwarded %d bytes with tags origin %q", len(got.Body), got.Tags[mq.TagOrigin])
 			}
-			if n := h.fake.total.Load(); n != 0 {
+			if n := h.fake.Total.Load(); n != 0 {
 				t.Errorf("ran %d times", n)
 			}
 			if _, ok := h.store.Get(tc.id); ok {

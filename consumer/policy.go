@@ -110,7 +110,7 @@ func (p *queuePolicy) queueCtx(ctx context.Context, deadline, now time.Time) (co
 // intake and not yet admitted (they may all be for that model).
 func (q *queue) queueRoom() bool {
 	undecided := q.undecided.Load()
-	for _, m := range q.table.Load().byName {
+	for _, m := range q.table.Load().Models() {
 		if m.pol.full(undecided) {
 			return false
 		}

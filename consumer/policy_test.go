@@ -12,6 +12,7 @@ import (
 	"github.com/inferq/inferq/consumer"
 	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/mq"
+	"github.com/inferq/inferq/oip"
 	"github.com/inferq/inferq/task"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -21,7 +22,7 @@ import (
 // policy fields set by batching, and an HTTP server over the consumer.
 func policyHarness(t *testing.T, batching func(*models.Batching)) (h *harness, r *gatedRunner, url string, open func()) {
 	t.Helper()
-	r = &gatedRunner{f: newFakeBatcher(), gate: make(chan struct{})}
+	r = &gatedRunner{F: newFakeBatcher(), Gate: make(chan struct{})}
 	m := defaultModel()
 	m.Batching.MaxBatchSize, m.Batching.MaxQueueDelay = 1, 0
 	batching(&m.Batching)
@@ -30,9 +31,9 @@ func policyHarness(t *testing.T, batching func(*models.Batching)) (h *harness, r
 		// As the worker builds it: max_queue_size is the batcher's bound.
 		QueueSize: max(m.Batching.MaxQueueSize, 64)})
 	h = newHarness(t, func(c *harnessConfig) { c.model = m }, withBatcher(b))
-	srv := httptest.NewServer(consumer.Handler(consumer.HTTPConfig{Server: h.cons, Gatherer: h.reg}))
+	srv := httptest.NewServer(oip.Handler(h.cons, oip.HTTPConfig{Gatherer: h.reg, Metrics: h.met}))
 	t.Cleanup(srv.Close)
-	open = sync.OnceFunc(func() { close(r.gate) })
+	open = sync.OnceFunc(func() { close(r.Gate) })
 	t.Cleanup(open) // every run still gated finishes before the consumer stops
 	return h, r, srv.URL, open
 }
@@ -54,7 +55,7 @@ func TestMaxQueueSize(t *testing.T) {
 	h.waitQueries()
 	h.send("t0", 1, 0) // runs, and holds the runner
 	waitFor(t, 10*time.Second, "the first run", func() bool {
-		return r.f.total.Load() == 0 && h.pending() == 0 && h.cons.PollerStats()[h.q].Messages == 1
+		return r.F.Total.Load() == 0 && h.pending() == 0 && h.cons.PollerStats()[h.q].Messages == 1
 	})
 	for i := 1; i <= maxQueue; i++ {
 		h.send(fmt.Sprintf("t%d", i), 1, float32(i))
@@ -97,8 +98,8 @@ func TestMaxQueueSize(t *testing.T) {
 	if got := h.pending(); got != maxQueue {
 		t.Errorf("inferq_pending_requests %v, want %d", got, maxQueue)
 	}
-	if r.f.total.Load() != 0 {
-		t.Errorf("%d runs finished while the runner was held", r.f.total.Load())
+	if r.F.Total.Load() != 0 {
+		t.Errorf("%d runs finished while the runner was held", r.F.Total.Load())
 	}
 
 	open()
@@ -141,7 +142,7 @@ func TestQueueTimeout(t *testing.T) {
 		t.Errorf("HTTP infer held past the queue timeout: %d %s, want 503 naming the queue timeout", resp.StatusCode, body)
 	}
 	time.Sleep(timeout)  // t1 is past its timeout too
-	r.gate <- struct{}{} // t0's run ends
+	r.Gate <- struct{}{} // t0's run ends
 	rec := h.record("t1")
 	if rec.Status != task.StatusFailure || !strings.Contains(rec.Error, "queue timeout") || !strings.Contains(rec.Error, "default_queue_timeout (100ms)") {
 		t.Errorf("t1: %s %q, want FAILURE naming the queue timeout", rec.Status, rec.Error)
@@ -149,7 +150,7 @@ func TestQueueTimeout(t *testing.T) {
 	if rec := h.record("t0"); rec.Status != task.StatusSuccess {
 		t.Errorf("t0: %s %q", rec.Status, rec.Error)
 	}
-	if n := r.f.runsOf(1); n != 0 {
+	if n := r.F.RunsOf(1); n != 0 {
 		t.Errorf("t1 ran %d times", n)
 	}
 	h.settled(h.q)
@@ -205,9 +206,7 @@ func TestPriorityLevelsUnderLoad(t *testing.T) {
 			t.Errorf("%s: %s %q", id, rec.Status, rec.Error)
 		}
 	}
-	r.mu.Lock()
-	order := fmt.Sprint(r.order)
-	r.mu.Unlock()
+	order := fmt.Sprint(r.Ran())
 	if want := fmt.Sprint([]float32{0, 11, 21, 30, 31, 32}); order != want {
 		t.Errorf("run order (keys) %s, want %s", order, want)
 	}
@@ -265,7 +264,7 @@ func TestInferenceMetricsEveryPath(t *testing.T) {
 // SUCCESS. Without the flush nothing would run for an hour.
 func TestPollRunsOnceAllIn(t *testing.T) {
 	forBrokers(t, func(t *testing.T, on brokerOpt) {
-		r := &gatedRunner{f: newFakeBatcher()}
+		r := &gatedRunner{F: newFakeBatcher()}
 		b := runBatcher(t, batch.Config{Name: testModel, Runners: []batch.Runner{r},
 			Policy: batch.Policy{MaxBatchSize: 64, MaxQueueDelay: time.Hour}})
 		h := newHarness(t, on, withBatcher(b))
@@ -281,9 +280,7 @@ func TestPollRunsOnceAllIn(t *testing.T) {
 			}
 		}
 		polls := h.cons.PollerStats()[h.q].Polls
-		r.mu.Lock()
-		runs := len(r.batches)
-		r.mu.Unlock()
+		runs := len(r.Batches())
 		t.Logf("%d runs for %d tasks in %d polls", runs, n, polls)
 		if runs == 0 || int64(runs) > polls {
 			t.Errorf("%d runs for %d tasks in %d polls, want at most one run per poll", runs, n, polls)

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/inferq/inferq/admit"
 	"github.com/inferq/inferq/batch"
 	"github.com/inferq/inferq/mq"
 	"github.com/inferq/inferq/task"
@@ -72,18 +73,18 @@ func (s *Server) answer(ctx context.Context, q *queue, req *mq.QueryRequest) mq.
 // query answers req; model is the model's name ("" when unknown) and
 // outcome the metrics label.
 func (s *Server) query(ctx context.Context, q *queue, req *mq.QueryRequest) (resp task.QueryResponse, model, outcome string) {
-	a := admit(admission{from: fromQuery, body: req.Body, tags: req.Tags, received: req.Received, traced: s.trace.tr != nil}, q.table.Load())
+	a := q.table.Load().Admit(admit.Input{From: admit.FromQuery, Body: req.Body, Tags: req.Tags, Received: req.Received, Traced: s.trace.tr != nil})
 	var root context.Context
-	if a.task != nil {
+	if a.Task != nil {
 		root = s.trace.queryRoot(q.name, req, &a)
 	}
-	if a.model != nil {
-		model = a.model.Config.Name
+	if a.Model != nil {
+		model = a.Model.Config.Name
 	}
-	outputs, outcome, err := s.runSync(ctx, &a, root)
+	outputs, ran, outcome, err := s.runSync(ctx, &a, root)
 	if err == nil {
 		var result, bin []byte
-		result, bin, err = task.NewInferResponse(model, a.model.version(a.ranVersion), outputs, a.task).Encode()
+		result, bin, err = task.NewInferResponse(model, a.Model.version(ran), outputs, a.Task).Encode()
 		if err == nil {
 			endRoot(root, outcome, nil)
 			return task.QueryResponse{Status: task.StatusSuccess, Result: result, Binary: bin}, model, outcome
@@ -127,28 +128,30 @@ func (j *syncJob) Finished(r *batch.Request) {
 // runSync runs an admitted sync request through its model's batcher ahead
 // of queued tasks and waits for its result or for ctx (or the request's
 // deadline) to end; a request not started by then is not run. It returns
-// the outputs, or the outcome label and the error the caller gets.
-func (s *Server) runSync(ctx context.Context, a *admitted, root context.Context) ([]tensor.Tensor, string, error) {
-	if a.verdict != admitRun {
-		return nil, a.verdict.label(), a.err
+// the outputs and the model version that ran them when the batcher says
+// (batch.Request.Version), or the outcome label and the error the caller
+// gets.
+func (s *Server) runSync(ctx context.Context, a *admitted, root context.Context) (outputs []tensor.Tensor, ran, outcome string, err error) {
+	if a.Verdict != admit.Run {
+		return nil, "", outcomeOf(a.Verdict), a.Err
 	}
-	if !a.deadline.IsZero() {
+	if !a.Deadline.IsZero() {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, a.deadline)
+		ctx, cancel = context.WithDeadline(ctx, a.Deadline)
 		defer cancel()
 	}
-	pol := a.model.pol
+	pol := a.Model.pol
 	if err := pol.reserve(); err != nil {
-		return nil, OutcomeQueueFull, err
+		return nil, "", OutcomeQueueFull, err
 	}
 	j := &syncJob{trace: s.trace, root: root, done: make(chan struct{}, 1), pol: pol}
-	j.req = batch.Request{Item: batch.Item{Inputs: a.inputs, Outputs: a.outputs}, Priority: a.priority, Level: a.level, Owner: j}
+	j.req = batch.Request{Item: batch.Item{Inputs: a.Inputs, Outputs: a.Outputs}, Priority: a.Priority, Level: a.Level, Owner: j}
 	j.stage = s.trace.stage(root, nil, SpanBatch)
 	// The batcher waits with qctx: the deadline or default_queue_timeout.
 	qctx, cancel := pol.queueCtx(ctx, time.Time{}, s.cfg.Now())
 	defer cancel()
 	var r batch.ItemResult
-	if err := a.model.Batcher.Enqueue(qctx, &j.req); err != nil {
+	if err := a.Model.Batcher.Enqueue(qctx, &j.req); err != nil {
 		pol.release()
 		r.Err = fmt.Errorf("enqueue for inference: %w", context.Cause(qctx))
 		if qctx.Err() == nil {
@@ -157,14 +160,14 @@ func (s *Server) runSync(ctx context.Context, a *admitted, root context.Context)
 		endSpan(j.stage, r.Err)
 	} else {
 		if r = j.wait(ctx, qctx); r.Err == nil {
-			a.ranVersion = j.req.Version
+			ran = j.req.Version
 		}
 	}
 	if r.Err != nil {
-		outcome, err := syncError(a.model.Config.Name, r.Err)
-		return nil, outcome, err
+		outcome, err = syncError(a.Model.Config.Name, r.Err)
+		return nil, "", outcome, err
 	}
-	return r.Outputs, OutcomeSuccess, nil
+	return r.Outputs, ran, OutcomeSuccess, nil
 }
 
 // wait waits for j's result, for ctx to end, or for qctx to end before

@@ -21,6 +21,7 @@ import (
 	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/models/examples"
 	"github.com/inferq/inferq/mq"
+	"github.com/inferq/inferq/oip"
 	"github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/task"
 	"github.com/prometheus/client_golang/prometheus"
@@ -94,13 +95,13 @@ func newMLPBench(b *testing.B, delay time.Duration) *mlpBench {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cons, err := consumer.New(consumer.Config{Broker: dial("inferq"), Store: nopStore{}, Metrics: met,
+	cons, err := consumer.New(consumer.Config{Broker: consumer.Conn(dial("inferq")), Store: nopStore{}, Metrics: met,
 		Models: []consumer.Model{{Config: cfg.Models[0], Info: sess.Info(), Batcher: bat}}})
 	if err != nil {
 		b.Fatal(err)
 	}
 	wg.Go(func() { _ = cons.Run(ctx) })
-	hs := httptest.NewServer(consumer.Handler(consumer.HTTPConfig{Server: cons, Gatherer: reg}))
+	hs := httptest.NewServer(oip.Handler(cons, oip.HTTPConfig{Gatherer: reg, Metrics: met}))
 	b.Cleanup(hs.Close)
 
 	x := make([]string, examples.MLPInputs)

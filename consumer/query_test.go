@@ -3,7 +3,6 @@ package consumer_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -11,77 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/inferq/inferq/batch"
 	"github.com/inferq/inferq/consumer"
 	"github.com/inferq/inferq/mq"
-	"github.com/inferq/inferq/results"
 	"github.com/inferq/inferq/task"
 	"github.com/inferq/inferq/tensor"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
-
-// gatedRunner is a batch.Runner over the fake model (fakeBatcher.run),
-// for a real batch.Batcher: it records the key (x[1]) of every item it
-// runs, in order, and when gate is set every batch waits for a receive (or
-// its close) first.
-type gatedRunner struct {
-	f    *fakeBatcher
-	gate chan struct{}
-
-	mu      sync.Mutex
-	order   []float32
-	batches [][]float32
-}
-
-func (r *gatedRunner) RunBatch(ctx context.Context, items []batch.Item) []batch.ItemResult {
-	if r.gate != nil {
-		<-r.gate
-	}
-	res := make([]batch.ItemResult, len(items))
-	var keys []float32
-	for i, it := range items {
-		x, _ := tensor.Values[float32](it.Inputs[0])
-		keys = append(keys, x[1])
-		if len(it.Outputs) > 0 && (len(it.Outputs) != 1 || it.Outputs[0] != "y") {
-			res[i].Err = fmt.Errorf("%w: outputs %q: the model has y", batch.ErrInvalidInput, it.Outputs)
-			continue
-		}
-		res[i] = r.f.run(it)
-	}
-	r.mu.Lock()
-	r.order = append(r.order, keys...)
-	r.batches = append(r.batches, keys)
-	r.mu.Unlock()
-	return res
-}
-
-func (r *gatedRunner) ran() []float32 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]float32(nil), r.order...)
-}
-
-// newBatcher starts a real batcher over r, stopped at cleanup (after the
-// harness's consumer when created before it).
-func newBatcher(t testing.TB, r batch.Runner, maxBatch int) *batch.Batcher {
-	t.Helper()
-	return runBatcher(t, batch.Config{Name: testModel, Policy: batch.Policy{MaxBatchSize: maxBatch},
-		Runners: []batch.Runner{r}, QueueSize: 64})
-}
-
-// runBatcher starts a batcher of cfg, stopped at cleanup.
-func runBatcher(t testing.TB, cfg batch.Config) *batch.Batcher {
-	t.Helper()
-	b, err := batch.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = b.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return b
-}
 
 // withBatcher makes the harness's consumer use b for the model.
 func withBatcher(b consumer.Batcher) brokerOpt {
@@ -140,7 +74,7 @@ func (h *harness) waitQueries() {
 }
 
 func TestQueryAnswered(t *testing.T) {
-	r := &gatedRunner{f: newFakeBatcher()}
+	r := &gatedRunner{F: newFakeBatcher()}
 	h := newHarness(t, withBatcher(newBatcher(t, r, 8)))
 	h.waitQueries()
 
@@ -212,7 +146,7 @@ func checkY(t *testing.T, resp *task.QueryResponse, want []float32) {
 }
 
 func TestQueryErrors(t *testing.T) {
-	r := &gatedRunner{f: newFakeBatcher()}
+	r := &gatedRunner{F: newFakeBatcher()}
 	h := newHarness(t, withBatcher(newBatcher(t, r, 8)))
 	h.waitQueries()
 	for _, tc := range []struct {
@@ -253,11 +187,11 @@ func TestQueryErrors(t *testing.T) {
 // A query whose caller gave up (its timeout passed while it waited for the
 // batcher) is not run; and queries run ahead of queued tasks.
 func TestQueryTimeoutAndPriority(t *testing.T) {
-	r := &gatedRunner{f: newFakeBatcher(), gate: make(chan struct{})}
+	r := &gatedRunner{F: newFakeBatcher(), Gate: make(chan struct{})}
 	b := newBatcher(t, r, 1)
 	h := newHarness(t, withBatcher(b))
 	var release sync.Once
-	open := func() { release.Do(func() { close(r.gate) }) }
+	open := func() { release.Do(func() { close(r.Gate) }) }
 	t.Cleanup(open) // before the harness stops: it waits for the runs
 	h.waitQueries() // "ping" is an unknown model: nothing runs
 
@@ -298,7 +232,7 @@ func TestQueryTimeoutAndPriority(t *testing.T) {
 		h.record(id)
 	}
 	// Tasks 2..4 come through parallel intake workers: any order.
-	got := r.ran()
+	got := r.Ran()
 	if len(got) != 5 {
 		t.Fatalf("runs %v, want 1, 99, then 2..4 (the expired query 77 must not run)", got)
 	}
@@ -311,10 +245,10 @@ func TestQueryTimeoutAndPriority(t *testing.T) {
 // Two servers in one group share a queue's queries: each query is answered
 // once, by one of them.
 func TestQueryTwoServersOneGroup(t *testing.T) {
-	r1 := &gatedRunner{f: newFakeBatcher()}
+	r1 := &gatedRunner{F: newFakeBatcher()}
 	h := newHarness(t, withBatcher(newBatcher(t, r1, 8)))
 	h.waitQueries()
-	r2 := &gatedRunner{f: newFakeBatcher()}
+	r2 := &gatedRunner{F: newFakeBatcher()}
 	startSecond(t, h, newBatcher(t, r2, 8))
 
 	// Until both subscriptions are live, the first one gets them all.
@@ -332,17 +266,17 @@ func TestQueryTwoServersOneGroup(t *testing.T) {
 	}
 	waitFor(t, 15*time.Second, "both servers to answer", func() bool {
 		ask()
-		return len(r1.ran()) > 0 && len(r2.ran()) > 0
+		return len(r1.Ran()) > 0 && len(r2.Ran()) > 0
 	})
 	for range 20 {
 		ask()
 	}
-	n1, n2 := len(r1.ran()), len(r2.ran())
+	n1, n2 := len(r1.Ran()), len(r2.Ran())
 	if n1+n2 != sent {
 		t.Fatalf("%d queries answered, runs: %d + %d (each must run once)", sent, n1, n2)
 	}
 	seen := map[float32]bool{}
-	for _, k := range append(r1.ran(), r2.ran()...) {
+	for _, k := range append(r1.Ran(), r2.Ran()...) {
 		if seen[k] {
 			t.Fatalf("query %v ran twice", k)
 		}
@@ -357,11 +291,6 @@ func startSecond(t *testing.T, h *harness, b consumer.Batcher) *consumer.Server 
 	t.Helper()
 	return startPeer(t, h, b, nopStore{}, nil).srv
 }
-
-type nopStore struct{}
-
-func (nopStore) Put(context.Context, results.Entry) error { return nil }
-func (nopStore) Get(string) ([]byte, bool)                { return nil, false }
 
 // progressEvents subscribes to the harness queue's progress channel and
 // returns once the subscription is live (a probe came through).
@@ -415,7 +344,7 @@ func progressOf(t *testing.T, ch <-chan mq.Event, id string, until func(task.Pro
 }
 
 func TestProgressSequence(t *testing.T) {
-	r := &gatedRunner{f: newFakeBatcher()}
+	r := &gatedRunner{F: newFakeBatcher()}
 	h := newHarness(t, withBatcher(newBatcher(t, r, 8)))
 	ch := h.progressEvents()
 	stored := func(p task.Progress) bool { return p.Detail == "stored" }

@@ -35,14 +35,50 @@ type Store interface {
 	Get(taskID string) ([]byte, bool)
 }
 
-// Broker is what the consumer needs of the broker connection. *mq.Conn
-// satisfies it.
+// Broker is what the queue loop needs of the broker: pollers that hand it
+// messages (Deliver), the sends that settling makes, events, and queue
+// depths. Conn adapts an *mq.Conn; an in-memory fake drives the loop in
+// tests. Sync queries and shards need more of it (QuerySubscriber,
+// shard.Events), found by type assertion.
 type Broker interface {
 	EventSender
-	NewPoller(cfg mq.PollerConfig) (*mq.Poller, error)
-	Sender() *mq.Sender
+	NewPoller(cfg mq.PollerConfig) (Poller, error)
+	Sender() Sender
 	QueuesInfo(ctx context.Context, filter string) (map[string]mq.QueueInfo, error)
 }
+
+// Poller consumes one channel, handing each polled batch to its config's
+// Deliver, until Run's ctx ends and what it delivered is settled. Up and
+// Stats are safe for concurrent use. *mq.Poller satisfies it.
+type Poller interface {
+	Run(ctx context.Context) error
+	Up() bool
+	Stats() mq.PollerStats
+}
+
+// Sender is what settling sends: tasks moved between shards, and the
+// copies that a retry, a dead letter and an unprocessable forward make
+// before settle acks the message. *mq.Sender satisfies it.
+type Sender interface {
+	Send(ctx context.Context, msgs ...mq.OutMessage) error
+	SendRetry(ctx context.Context, m *mq.Message, delay time.Duration, attempt int) error
+	SendCopy(ctx context.Context, m *mq.Message, channel string, extra map[string]string) error
+	SendDeadLetter(ctx context.Context, m *mq.Message, dlq, reason string, attempts int) error
+}
+
+// Conn is c as the queue loop's Broker. Its other abilities (queries,
+// events store subscriptions) stay reachable by type assertion.
+func Conn(c *mq.Conn) Broker { return conn{c} }
+
+type conn struct{ *mq.Conn }
+
+func (c conn) NewPoller(cfg mq.PollerConfig) (Poller, error) { return c.Conn.NewPoller(cfg) }
+func (c conn) Sender() Sender                                { return c.Conn.Sender() }
+
+var (
+	_ Poller = (*mq.Poller)(nil)
+	_ Sender = (*mq.Sender)(nil)
+)
 
 // Model is one served model as the consumer sees it.
 type Model struct {
@@ -293,7 +329,7 @@ func (q *queue) arrived() {
 	if q.arriving.Add(-1) != 0 {
 		return
 	}
-	for _, m := range q.table.Load().order {
+	for _, m := range q.table.Load().Models() {
 		if f, ok := m.Batcher.(flusher); ok {
 			f.Flush()
 		}
@@ -319,7 +355,7 @@ type Server struct {
 	cfg     Config
 	log     *slog.Logger
 	met     *Metrics
-	sender  resender
+	sender  Sender
 	journal *crash.Journal
 	fleet   *crash.Fleet // nil: crash counts are not shared
 	// memberID is this replica's id among a sharded queue's members
@@ -383,11 +419,11 @@ func New(cfg Config) (*Server, error) {
 			s.queues = append(s.queues, q)
 		}
 		m.pol = s.policy(m, q)
-		if err := q.table.Load().add(m); err != nil {
-			return nil, err
+		if err := q.table.Load().Add(m); err != nil {
+			return nil, fmt.Errorf("consumer: %w", err)
 		}
-		if all.byName[m.Config.Name] == nil {
-			_ = all.add(m) // HTTP names a model; the first of a name serves it
+		if _, served := all.Model(m.Config.Name); !served {
+			_ = all.Add(m) // HTTP names a model; the first of a name serves it
 		}
 		if m.MaxInFlight > 0 {
 			maxInFlight = max(maxInFlight, m.MaxInFlight)
@@ -421,13 +457,13 @@ func (s *Server) newPollers(q *queue) error {
 		if err != nil {
 			return err
 		}
-		ch.poller.Store(p)
+		ch.use(p)
 	}
 	return nil
 }
 
 // newPoller builds a poller of q's channel ch.
-func (s *Server) newPoller(q *queue, ch *channel) (*mq.Poller, error) {
+func (s *Server) newPoller(q *queue, ch *channel) (Poller, error) {
 	p, err := s.cfg.Broker.NewPoller(mq.PollerConfig{
 		Channel: ch.name,
 		Deliver: func(ctx context.Context, batch []*mq.Message) error {
@@ -467,7 +503,7 @@ func (s *Server) Ready() bool {
 func (s *Server) BrokerAnswers() bool {
 	for _, q := range s.queueList() {
 		if len(q.chans) == 1 {
-			if !q.chans[0].poller.Load().Up() {
+			if !q.chans[0].current().Up() {
 				return false
 			}
 			continue
@@ -478,7 +514,7 @@ func (s *Server) BrokerAnswers() bool {
 			return false
 		}
 		for _, ch := range q.chans {
-			if ch.runs.Load() > 0 && !ch.poller.Load().Up() {
+			if ch.runs.Load() > 0 && !ch.current().Up() {
 				return false
 			}
 		}
@@ -531,7 +567,7 @@ func (s *Server) PollerStats() map[string]mq.PollerStats {
 	out := make(map[string]mq.PollerStats, len(qs))
 	for _, q := range qs {
 		for _, ch := range q.chans {
-			out[ch.name] = ch.poller.Load().Stats()
+			out[ch.name] = ch.current().Stats()
 		}
 	}
 	return out

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/cenkalti/backoff/v5"
+	"github.com/inferq/inferq/admit"
 	"github.com/inferq/inferq/batch"
 	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/mq"
@@ -54,9 +55,9 @@ type job struct {
 // crash counts only against the tasks that were running.
 func (j *job) RunStarting(r *batch.Request) {
 	j.started = true
-	j.adm.model.pol.release()
+	j.adm.Model.pol.release()
 	_ = j.s.journal.Start(j.msg.ID) // a refused write: the journal warns (rate-limited) and fails /readyz
-	j.s.pub.progress(j.q.name, j.adm.task.ID, PctRunning, runningDetail(r.BatchItems))
+	j.s.pub.progress(j.q.name, j.adm.Task.ID, PctRunning, runningDetail(r.BatchItems))
 	j.stage = j.s.trace.inferStage(j.root, j.stage, r.BatchItems)
 }
 
@@ -64,7 +65,7 @@ func (j *job) RunStarting(r *batch.Request) {
 // are all busy, which holds the batcher back: backpressure, not loss.
 func (j *job) Finished(r *batch.Request) {
 	if !j.started {
-		j.adm.model.pol.release()
+		j.adm.Model.pol.release()
 	}
 	j.cancel()
 	// The run is over: a crash from now on is not this task's doing.
@@ -103,10 +104,10 @@ type settlement struct {
 
 // facts are what decide reads of a job.
 type facts struct {
-	verdict verdict // admission's
-	why     error   // admission's reason
-	spent   bool    // the attempts were spent before it ran
-	result  error   // the run's error, nil for a success
+	verdict admit.Verdict // admission's
+	why     error         // admission's reason
+	spent   bool          // the attempts were spent before it ran
+	result  error         // the run's error, nil for a success
 	attempt int
 	limit   int // attempts allowed
 	crashes int
@@ -122,20 +123,20 @@ type facts struct {
 func decide(f facts) settlement {
 	o := settlement{status: task.StatusFailure, attempts: f.attempt}
 	switch f.verdict {
-	case admitRun:
-	case admitUndecodable, admitBadName:
+	case admit.Run:
+	case admit.Undecodable, admit.BadName:
 		o.action, o.status, o.err, o.label = actUnprocessable, "", f.why, OutcomeUnprocessable
 		return o
-	case admitUnknownModel:
+	case admit.UnknownModel:
 		o.action, o.err, o.label = actUnprocessable, f.why, OutcomeUnknownModel
 		return o
-	case admitBadInput, admitTooLarge:
+	case admit.BadInput, admit.TooLarge:
 		o.action, o.err, o.label = actDeadLetter, f.why, OutcomeBadInput
 		return o
-	case admitExpired:
+	case admit.Expired:
 		o.action, o.err, o.label = actAck, f.why, OutcomeExpired
 		return o
-	case admitCancelled:
+	case admit.Cancelled:
 		o.action, o.status, o.err, o.label = actAck, task.StatusCancelled, f.why, OutcomeCancelled
 		return o
 	}
@@ -215,9 +216,9 @@ func afterStore(o settlement, status task.Status, err error) settlement {
 
 // facts gathers what decide needs of j.
 func (j *job) facts() facts {
-	f := facts{verdict: j.adm.verdict, why: j.adm.err, spent: j.spent, result: j.req.Result.Err,
+	f := facts{verdict: j.adm.Verdict, why: j.adm.Err, spent: j.spent, result: j.req.Result.Err,
 		neverRan: !j.started, attempt: j.attempt, crashes: j.crashes}
-	if m := j.adm.model; m != nil {
+	if m := j.adm.Model; m != nil {
 		f.limit = maxAttempts(m, j.msg)
 		f.retries = m.Config.Retries
 	}
@@ -248,7 +249,7 @@ func (s *Server) writeLoop(ctx context.Context) {
 // record is a courtesy).
 func (s *Server) settle(ctx context.Context, j *job) {
 	defer s.inflight.Add(-1)
-	m, t := j.adm.model, j.adm.task
+	m, t := j.adm.Model, j.adm.Task
 	if m != nil {
 		defer m.met.inflight.Dec()
 	}
@@ -378,7 +379,7 @@ func (s *Server) refuse(ctx context.Context, rest []*mq.Message, err error) {
 // is retried that way at once: a NAck keeps the task whole and its attempt
 // count, losing only the delay.
 func (s *Server) retry(ctx context.Context, j *job, o settlement) {
-	t, limit := j.adm.task, maxAttempts(j.adm.model, j.msg)
+	t, limit := j.adm.Task, maxAttempts(j.adm.Model, j.msg)
 	s.met.Retries.Inc()
 	s.pub.progress(j.q.name, t.ID, PctRetrying, fmt.Sprintf("retrying: attempt %d of %d failed: %v", j.attempt, limit, o.err))
 	if o.delay <= 0 {
@@ -387,7 +388,7 @@ func (s *Server) retry(ctx context.Context, j *job, o settlement) {
 		}
 		return
 	}
-	s.log.Info("retrying task", "task_id", t.ID, "model", j.adm.model.Config.Name, "attempt", j.attempt, "of", limit, "delay", o.delay, "err", o.err)
+	s.log.Info("retrying task", "task_id", t.ID, "model", j.adm.Model.Config.Name, "attempt", j.attempt, "of", limit, "delay", o.delay, "err", o.err)
 	err := s.send(ctx, j, "delayed resend", func(ctx context.Context) error {
 		return s.sender.SendRetry(ctx, j.msg, o.delay, j.attempt+1)
 	})
@@ -410,10 +411,10 @@ func (s *Server) retry(ctx context.Context, j *job, o settlement) {
 // by reference (mq.Sender.SendCopy); one that cannot be forwarded at all is
 // ended by unsent.
 func (s *Server) deadLetter(ctx context.Context, j *job, o settlement) {
-	t, name := j.adm.task, j.adm.model.Config.Name
+	t, name := j.adm.Task, j.adm.Model.Config.Name
 	dest := j.msg.MaxReceiveQueue
 	if dest == "" || dest == j.q.name {
-		dest = j.adm.model.Config.DLQQueue
+		dest = j.adm.Model.Config.DLQQueue
 	}
 	s.log.Warn("task failed for good; moving it to the dead letter queue", "task_id", t.ID, "model", name, "attempts", o.attempts, "dlq", dest, "err", o.err)
 	err := s.send(ctx, j, "move to the dead letter queue", func(ctx context.Context) error {
@@ -422,7 +423,7 @@ func (s *Server) deadLetter(ctx context.Context, j *job, o settlement) {
 	if err == nil {
 		s.ackCopied(j, "move to the dead letter queue")
 	} else {
-		if dest = s.unsent(j, "move to the dead letter queue", dest, j.adm.model.Config.DLQQueue, err); dest == "" {
+		if dest = s.unsent(j, "move to the dead letter queue", dest, j.adm.Model.Config.DLQQueue, err); dest == "" {
 			return
 		}
 	}
@@ -435,7 +436,7 @@ func (s *Server) deadLetter(ctx context.Context, j *job, o settlement) {
 // queue's unprocessable queue, then acks it; one that cannot be forwarded
 // is ended by unsent.
 func (s *Server) forward(ctx context.Context, j *job, o settlement) {
-	dest := j.q.table.Load().first.Config.UnprocessableQueue
+	dest := j.q.table.Load().First().Config.UnprocessableQueue
 	s.met.Unprocessable.Inc()
 	if o.label != OutcomeUnprocessable {
 		s.met.Tasks.WithLabelValues("", OutcomeUnprocessable).Inc()
@@ -473,16 +474,6 @@ const (
 	// whole by the broker (see unsent).
 	forwardReceives = 5
 )
-
-// resender is what settling needs of the broker connection's sender: the
-// copies that a retry, a dead letter and an unprocessable forward send
-// before settle acks the message. *mq.Sender satisfies it.
-type resender interface {
-	Send(ctx context.Context, msgs ...mq.OutMessage) error
-	SendRetry(ctx context.Context, m *mq.Message, delay time.Duration, attempt int) error
-	SendCopy(ctx context.Context, m *mq.Message, channel string, extra map[string]string) error
-	SendDeadLetter(ctx context.Context, m *mq.Message, dlq, reason string, attempts int) error
-}
 
 // send runs op, a send that settles j's message, up to sendTries times
 // while it fails for a temporary reason, with backoff between tries, and
@@ -553,10 +544,10 @@ func (s *Server) unsent(j *job, what, dest, fallback string, err error) (to stri
 // its record before). A first delivery always stores: a producer may reuse
 // an id.
 func (s *Server) hasTerminal(j *job, o settlement) bool {
-	if o.status != task.StatusFailure || j.adm.task == nil || (j.msg.ReceiveCount <= 1 && j.crashes == 0) {
+	if o.status != task.StatusFailure || j.adm.Task == nil || (j.msg.ReceiveCount <= 1 && j.crashes == 0) {
 		return false
 	}
-	return s.storedStatus(j.adm.task.ID).Terminal()
+	return s.storedStatus(j.adm.Task.ID).Terminal()
 }
 
 // storedStatus is the status of the task's stored record, "" when it has
@@ -575,7 +566,7 @@ func (s *Server) storedStatus(taskID string) task.Status {
 
 // record builds the result record of a job.
 func (s *Server) record(j *job, o settlement) *task.Record {
-	t := j.adm.task
+	t := j.adm.Task
 	rec := &task.Record{
 		TaskID:      t.ID,
 		Status:      o.status,
@@ -588,7 +579,7 @@ func (s *Server) record(j *job, o settlement) *task.Record {
 		rec.Error = clipText(o.err.Error(), maxRecordErrorBytes)
 	}
 	if o.status == task.StatusSuccess {
-		m := j.adm.model
+		m := j.adm.Model
 		resp := task.NewInferResponse(m.Config.Name, m.version(j.req.Version), j.req.Result.Outputs, t)
 		result, bin, err := resp.Encode()
 		if err != nil {
@@ -602,11 +593,11 @@ func (s *Server) record(j *job, o settlement) *task.Record {
 
 // put stores rec for j's task.
 func (s *Server) put(ctx context.Context, j *job, rec *task.Record) error {
-	t := j.adm.task
+	t := j.adm.Task
 	body, _ := rec.Encode()
 	e := results.Entry{TaskID: t.ID, Status: string(rec.Status), Terminal: rec.Status.Terminal(),
 		Body: body, ReplyTo: t.ReplyTo, CreatedAt: t.CreatedAt}
-	if m := j.adm.model; m != nil && len(body) > m.Config.Result.MaxResultBytes {
+	if m := j.adm.Model; m != nil && len(body) > m.Config.Result.MaxResultBytes {
 		sub := *rec
 		sub.Result, sub.Binary, sub.ResultRef = nil, nil, resultRef(s.cfg.AdvertiseURL, t.ID)
 		e.Substitute, _ = sub.Encode()

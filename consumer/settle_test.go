@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inferq/inferq/admit"
 	"github.com/inferq/inferq/batch"
 	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/results"
@@ -28,12 +29,12 @@ func TestDecide(t *testing.T) {
 		delay  [2]time.Duration
 	}{
 		{"success", facts{attempt: 1, limit: 4}, actAck, task.StatusSuccess, OutcomeSuccess, "", [2]time.Duration{}},
-		{"undecodable", facts{verdict: admitUndecodable, why: boom}, actUnprocessable, "", OutcomeUnprocessable, "boom", [2]time.Duration{}},
-		{"unknown model", facts{verdict: admitUnknownModel, why: boom}, actUnprocessable, task.StatusFailure, OutcomeUnknownModel, "boom", [2]time.Duration{}},
-		{"bad input", facts{verdict: admitBadInput, why: boom}, actDeadLetter, task.StatusFailure, OutcomeBadInput, "boom", [2]time.Duration{}},
-		{"too large", facts{verdict: admitTooLarge, why: boom}, actDeadLetter, task.StatusFailure, OutcomeBadInput, "boom", [2]time.Duration{}},
-		{"expired", facts{verdict: admitExpired, why: boom}, actAck, task.StatusFailure, OutcomeExpired, "boom", [2]time.Duration{}},
-		{"cancelled", facts{verdict: admitCancelled, why: boom}, actAck, task.StatusCancelled, OutcomeCancelled, "boom", [2]time.Duration{}},
+		{"undecodable", facts{verdict: admit.Undecodable, why: boom}, actUnprocessable, "", OutcomeUnprocessable, "boom", [2]time.Duration{}},
+		{"unknown model", facts{verdict: admit.UnknownModel, why: boom}, actUnprocessable, task.StatusFailure, OutcomeUnknownModel, "boom", [2]time.Duration{}},
+		{"bad input", facts{verdict: admit.BadInput, why: boom}, actDeadLetter, task.StatusFailure, OutcomeBadInput, "boom", [2]time.Duration{}},
+		{"too large", facts{verdict: admit.TooLarge, why: boom}, actDeadLetter, task.StatusFailure, OutcomeBadInput, "boom", [2]time.Duration{}},
+		{"expired", facts{verdict: admit.Expired, why: boom}, actAck, task.StatusFailure, OutcomeExpired, "boom", [2]time.Duration{}},
+		{"cancelled", facts{verdict: admit.Cancelled, why: boom}, actAck, task.StatusCancelled, OutcomeCancelled, "boom", [2]time.Duration{}},
 		{"crash budget spent", facts{spent: true, attempt: 5, limit: 4, crashes: 4}, actDeadLetter, task.StatusFailure, OutcomeFailure,
 			"worker lost during inference: the process ended during 4 attempt(s) of this task; attempts exhausted (4)", [2]time.Duration{}},
 		{"attempts spent, FAILURE stored", facts{spent: true, attempt: 2, limit: 1}, actDeadLetter, task.StatusFailure, OutcomeFailure,

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/inferq/inferq/crash"
-	"github.com/inferq/inferq/mq"
 	"github.com/inferq/inferq/shard"
 )
 
@@ -20,13 +19,22 @@ type channel struct {
 	name string
 	// poller is the channel's current poller: a Poller runs once, so a
 	// shard owned again gets a new one.
-	poller atomic.Pointer[mq.Poller]
+	poller atomic.Pointer[pollerRef]
 	used   atomic.Bool  // poller has been run
 	runs   atomic.Int32 // pollers of the channel running now
 	// seen is the highest broker sequence delivered on the channel so far
 	// (returnedTo).
 	seen atomic.Uint64
 }
+
+// pollerRef holds a channel's current poller.
+type pollerRef struct{ Poller }
+
+// current is ch's current poller.
+func (ch *channel) current() Poller { return ch.poller.Load().Poller }
+
+// use makes p ch's current poller.
+func (ch *channel) use(p Poller) { ch.poller.Store(&pollerRef{p}) }
 
 // memberID is a replica's id among a queue's shard members: its journal's
 // id, which a data dir keeps across restarts, so that a replica killed and
@@ -41,14 +49,14 @@ func memberID(j *crash.Journal) string { return "inferq-" + j.ID() }
 // never sees an owned shard without its poller); runChannel uncounts it.
 func (s *Server) runChannel(ctx context.Context, q *queue, ch *channel) {
 	defer ch.runs.Add(-1)
-	p := ch.poller.Load()
+	p := ch.current()
 	if ch.used.Swap(true) {
 		np, err := s.newPoller(q, ch)
 		if err != nil {
 			s.dynErr(err)
 			return
 		}
-		ch.poller.Store(np)
+		ch.use(np)
 		p = np
 	}
 	if err := p.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {

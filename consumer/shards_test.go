@@ -58,7 +58,7 @@ func TestShardedQueueTwoServers(t *testing.T) {
 				t.Errorf("shard %d (%s) polled by %d servers, want 1", i, ch, took)
 			}
 		}
-		if n := h.fake.total.Load() + fake.total.Load(); n != 200 {
+		if n := h.fake.Total.Load() + fake.Total.Load(); n != 200 {
 			t.Errorf("%d runs for 200 tasks", n)
 		}
 		second.stop()
@@ -94,7 +94,7 @@ func startPeer(t *testing.T, h *harness, b consumer.Batcher, store consumer.Stor
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := consumer.Config{Broker: conn, Store: store, Metrics: met,
+	cfg := consumer.Config{Broker: consumer.Conn(conn), Store: store, Metrics: met,
 		Models: []consumer.Model{{Config: h.cfg.model, Info: fakeInfo, Batcher: b}}, Writers: 4, IntakeWorkers: 1}
 	if configure != nil {
 		configure(&cfg)
@@ -121,7 +121,7 @@ func TestNotReadyBeforeThePollersAnswer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		srv, err := consumer.New(consumer.Config{Broker: h.prod, Store: nopStore{}, Metrics: met, QueueShards: shards,
+		srv, err := consumer.New(consumer.Config{Broker: consumer.Conn(h.prod), Store: nopStore{}, Metrics: met, QueueShards: shards,
 			Models: []consumer.Model{{Config: h.cfg.model, Info: fakeInfo, Batcher: newFakeBatcher()}}})
 		if err != nil {
 			t.Fatal(err)
@@ -138,7 +138,7 @@ type fakeRunner struct{ f *fakeBatcher }
 func (r fakeRunner) RunBatch(_ context.Context, items []batch.Item) []batch.ItemResult {
 	res := make([]batch.ItemResult, len(items))
 	for i := range items {
-		res[i] = r.f.run(items[i])
+		res[i] = r.f.Run(items[i])
 	}
 	return res
 }
@@ -188,7 +188,7 @@ func TestPlainQueueFleet(t *testing.T) {
 				t.Fatalf("task p%d: %s %s", i, r.Status, r.Error)
 			}
 		}
-		first, other := firstRuns.total.Load(), secondRuns.total.Load()
+		first, other := firstRuns.Total.Load(), secondRuns.Total.Load()
 		t.Logf("runs: %d and %d of %d tasks", first, other, tasks)
 		if first+other != tasks {
 			t.Errorf("%d + %d runs for %d tasks: some ran twice or not at all", first, other, tasks)
@@ -197,7 +197,7 @@ func TestPlainQueueFleet(t *testing.T) {
 			t.Errorf("runs %d and %d: want each replica to serve at least a quarter of %d", first, other, tasks)
 		}
 		for i := range tasks {
-			if n := firstRuns.runsOf(float32(i)) + secondRuns.runsOf(float32(i)); n != 1 {
+			if n := firstRuns.RunsOf(float32(i)) + secondRuns.RunsOf(float32(i)); n != 1 {
 				t.Errorf("task p%d ran %d times", i, n)
 			}
 		}

@@ -18,7 +18,7 @@ import (
 // consumer then runs every task once more, to a SUCCESS record of attempt 1
 // as the first terminal record the producer sees.
 func TestStopGivesBackWhatNeverRanUncounted(t *testing.T) {
-	first := &gatedRunner{f: newFakeBatcher(), gate: make(chan struct{})}
+	first := &gatedRunner{F: newFakeBatcher(), Gate: make(chan struct{})}
 	var batcher atomic.Pointer[batch.Batcher]
 	batcher.Store(newBatcher(t, first, 1))
 	h := newHarness(t, func(c *harnessConfig) {
@@ -37,8 +37,8 @@ func TestStopGivesBackWhatNeverRanUncounted(t *testing.T) {
 		return batcher.Load().InFlight() == 1 && batcher.Load().Queued() == n-1
 	})
 	h.stop() // the grace ends with one run in progress and three waiting
-	close(first.gate)
-	batcher.Store(newBatcher(t, &gatedRunner{f: newFakeBatcher()}, 1))
+	close(first.Gate)
+	batcher.Store(newBatcher(t, &gatedRunner{F: newFakeBatcher()}, 1))
 	h.start()
 	for i := range n {
 		r := h.record(fmt.Sprintf("t%d", i))
@@ -50,7 +50,7 @@ func TestStopGivesBackWhatNeverRanUncounted(t *testing.T) {
 	if msgs := h.queueMsgs(producerDLQ); len(msgs) != 0 {
 		t.Errorf("%d tasks in the producer's dead letter queue, want none", len(msgs))
 	}
-	if got := first.ran(); len(got) != 1 {
+	if got := first.Ran(); len(got) != 1 {
 		t.Errorf("the first consumer ran tasks %v, want only the one in progress at the stop", got)
 	}
 }
@@ -61,7 +61,7 @@ func TestStopGivesBackWhatNeverRanUncounted(t *testing.T) {
 // the task, which never ran, to the producer's dead letter queue.
 func TestNeverRanIsGivenBackUncounted(t *testing.T) {
 	closed, err := batch.New(batch.Config{Name: testModel,
-		Policy: batch.Policy{MaxBatchSize: 1}, Runners: []batch.Runner{&gatedRunner{f: newFakeBatcher()}}})
+		Policy: batch.Policy{MaxBatchSize: 1}, Runners: []batch.Runner{&gatedRunner{F: newFakeBatcher()}}})
 	if err != nil {
 		t.Fatal(err)
 	}

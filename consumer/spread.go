@@ -17,12 +17,14 @@ import (
 // own name) fill shard 0 only, whose one owner would serve them alone
 // (KUBEMQ.md traps 12, 13 forbid a second consumer on the channel). So
 // while a sharded queue has more than one live member, the owner of shard 0
-// runs none of it: it moves each poll of shard 0 whole into the shard
-// (1..n-1, its own included) that has the fewest messages waiting and room
-// for them, then acks the poll in one settlement. Every replica then runs
-// the shards it owns, one batch open per channel, and a replica that owns
-// several runs their batches side by side. A replica alone moves nothing:
-// it runs shard 0 itself and pays no extra hop.
+// runs none of it: it moves each poll of shard 0 whole into a shard
+// (1..n-1, its own included) of the replica with the fewest messages
+// waiting and held, when that replica has room, then acks the poll in one
+// settlement (why whole, copied then acked: KUBEMQ.md facts 40 and 41).
+// Every replica then runs the shards it owns, one batch open per channel,
+// and a replica that owns several runs their batches side by side. A
+// replica alone moves nothing: it runs shard 0 itself and pays no extra
+// hop.
 //
 // The copy keeps the task's body, metadata and tags, carries its attempts
 // (TagAttempt: the attempt it would have had) and the producer's

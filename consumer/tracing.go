@@ -2,7 +2,6 @@ package consumer
 
 import (
 	"context"
-	"net/http"
 	"time"
 
 	"github.com/inferq/inferq/mq"
@@ -76,8 +75,8 @@ func (t tracing) taskRoot(queue, msgID string, a *admitted, attempt int, at time
 	if t.tr == nil {
 		return nil
 	}
-	return t.root(SpanReceive, trace.SpanKindConsumer, a.remote, at,
-		AttrTaskID.String(a.task.ID), AttrModel.String(a.task.Name), AttrAttempt.Int(attempt),
+	return t.root(SpanReceive, trace.SpanKindConsumer, a.Remote, at,
+		AttrTaskID.String(a.Task.ID), AttrModel.String(a.Task.Name), AttrAttempt.Int(attempt),
 		attrSystem, attrDestination.String(queue), attrMessageID.String(msgID))
 }
 
@@ -86,8 +85,8 @@ func (t tracing) queryRoot(queue string, req *mq.QueryRequest, a *admitted) cont
 	if t.tr == nil {
 		return nil
 	}
-	return t.root(SpanQuery, trace.SpanKindServer, a.remote, req.Received,
-		AttrModel.String(a.task.Name), attrSystem, attrDestination.String(queue), attrMessageID.String(req.ID))
+	return t.root(SpanQuery, trace.SpanKindServer, a.Remote, req.Received,
+		AttrModel.String(a.Task.Name), attrSystem, attrDestination.String(queue), attrMessageID.String(req.ID))
 }
 
 // httpRoot starts the SpanHTTP of an infer request (nil when off).
@@ -95,16 +94,7 @@ func (t tracing) httpRoot(model string, a *admitted, at time.Time) context.Conte
 	if t.tr == nil {
 		return nil
 	}
-	return t.root(SpanHTTP, trace.SpanKindServer, a.remote, at, AttrModel.String(model))
-}
-
-// traceHeaders are the W3C trace headers of an HTTP request as tags, for
-// admission (nil when tracing is off).
-func (t tracing) traceHeaders(h http.Header) map[string]string {
-	if t.tr == nil {
-		return nil
-	}
-	return map[string]string{"traceparent": h.Get("traceparent"), "tracestate": h.Get("tracestate")}
+	return t.root(SpanHTTP, trace.SpanKindServer, a.Remote, at, AttrModel.String(model))
 }
 
 // stage ends the stage span open in cur, if any, and opens the stage name

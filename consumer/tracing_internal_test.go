@@ -13,7 +13,7 @@ import (
 // allocation.
 func TestTracingOffAllocatesNothing(t *testing.T) {
 	for _, tr := range []tracing{newTracing(nil), newTracing(noop.NewTracerProvider())} {
-		a := &admitted{task: &task.Task{ID: "t1", Name: "m", TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}}
+		a := &admitted{Task: &task.Task{ID: "t1", Name: "m", TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}}
 		err := errors.New("x")
 		now := time.Now()
 		if n := testing.AllocsPerRun(100, func() {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/inferq/inferq/consumer"
 	"github.com/inferq/inferq/mq"
+	"github.com/inferq/inferq/oip"
 	"github.com/inferq/inferq/task"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -89,7 +90,7 @@ func checkTree(t *testing.T, spans map[string]tracetest.SpanStub, root string) {
 
 func TestTracingTask(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
-	r := &gatedRunner{f: newFakeBatcher()}
+	r := &gatedRunner{F: newFakeBatcher()}
 	h := newHarness(t, withBatcher(newBatcher(t, r, 8)), withTracing(exp))
 
 	h.send("t1", 1, 1, task.WithTraceParent(traceparent))
@@ -125,7 +126,7 @@ func TestTracingTask(t *testing.T) {
 
 func TestTracingQuery(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
-	r := &gatedRunner{f: newFakeBatcher()}
+	r := &gatedRunner{F: newFakeBatcher()}
 	h := newHarness(t, withBatcher(newBatcher(t, r, 8)), withTracing(exp))
 	h.waitQueries()
 	exp.Reset()
@@ -142,9 +143,9 @@ func TestTracingQuery(t *testing.T) {
 
 func TestTracingHTTP(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
-	r := &gatedRunner{f: newFakeBatcher()}
+	r := &gatedRunner{F: newFakeBatcher()}
 	h := newHarness(t, withBatcher(newBatcher(t, r, 8)), withTracing(exp))
-	srv := httptest.NewServer(consumer.Handler(consumer.HTTPConfig{Server: h.cons, Gatherer: h.reg}))
+	srv := httptest.NewServer(oip.Handler(h.cons, oip.HTTPConfig{Gatherer: h.reg, Metrics: h.met}))
 	t.Cleanup(srv.Close)
 	req, _ := http.NewRequest("POST", srv.URL+"/v2/models/m/infer", bytes.NewReader([]byte(
 		`{"inputs":[{"name":"x","shape":[1,4],"datatype":"FP32","data":[1,2,3,4]}]}`)))

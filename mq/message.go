@@ -57,8 +57,35 @@ type Message struct {
 	// DelayedTo and ExpirationAt are the policy's times, zero when unset.
 	DelayedTo, ExpirationAt time.Time
 
-	tx      *txn // nil when not polled
+	tx      *txn    // nil when not polled
+	by      Settler // settles a message no Poller delivered (SettledBy)
 	settled atomic.Bool
+}
+
+// Settlement is how a message was settled, as a Settler hears it.
+type Settlement uint8
+
+// The settlements of a message.
+const (
+	SettleAck Settlement = iota
+	SettleNAck
+	SettleReQueue
+	SettleGiveBack
+)
+
+// Settler carries out the settlements of messages that no Poller
+// delivered: a fake broker's, in tests of the code that settles them (the
+// consumer's queue loop on an in-memory fake). channel is ReQueue's.
+type Settler interface {
+	Settle(m *Message, how Settlement, channel string) error
+}
+
+// SettledBy makes m, a message built by hand, settleable: its Ack, NAck,
+// ReQueue and GiveBack go to s (exactly one takes effect, as for a polled
+// message). It returns m. Call it before handing m out.
+func (m *Message) SettledBy(s Settler) *Message {
+	m.by = s
+	return m
 }
 
 // settle kinds
@@ -89,11 +116,14 @@ func (m *Message) ReQueue(channel string) error { return m.settle(opReQueue, cha
 // next recycle (RecycleAfter, RecycleEvery). The other messages of its
 // poll settle as usual.
 func (m *Message) GiveBack() error {
-	if m.tx == nil {
+	if m.tx == nil && m.by == nil {
 		return ErrNotSettleable
 	}
 	if !m.settled.CompareAndSwap(false, true) {
 		return ErrAlreadySettled
+	}
+	if m.tx == nil {
+		return m.by.Settle(m, SettleGiveBack, "")
 	}
 	m.tx.drop()
 	return nil
@@ -103,7 +133,7 @@ func (m *Message) GiveBack() error {
 func (m *Message) Settled() bool { return m.settled.Load() }
 
 func (m *Message) settle(op int, channel string) error {
-	if m.tx == nil {
+	if m.tx == nil && m.by == nil {
 		return ErrNotSettleable
 	}
 	if op == opReQueue && channel == "" {
@@ -111,6 +141,9 @@ func (m *Message) settle(op int, channel string) error {
 	}
 	if !m.settled.CompareAndSwap(false, true) {
 		return ErrAlreadySettled
+	}
+	if m.tx == nil {
+		return m.by.Settle(m, [...]Settlement{opAck: SettleAck, opNAck: SettleNAck, opReQueue: SettleReQueue}[op], channel)
 	}
 	return m.tx.settle(op, channel, int64(m.Sequence))
 }

@@ -4,22 +4,22 @@ import (
 	"context"
 	"errors"
 
-	"github.com/inferq/inferq/consumer"
+	"github.com/inferq/inferq/oip"
 )
 
 // Control is r as the gRPC server's model repository
-// (consumer.ModelRepository, for worker.Config.Repository): Triton's
+// (oip.ModelRepository, for worker.Config.Repository): Triton's
 // RepositoryIndex, RepositoryModelLoad and RepositoryModelUnload RPCs,
 // the gRPC side of Routes.
-func Control(r *Repository) consumer.ModelRepository { return control{r} }
+func Control(r *Repository) oip.ModelRepository { return control{r} }
 
 type control struct{ r *Repository }
 
-func (c control) Index(readyOnly bool) []consumer.RepositoryEntry {
+func (c control) Index(readyOnly bool) []oip.RepositoryEntry {
 	idx := c.r.Index(readyOnly)
-	out := make([]consumer.RepositoryEntry, len(idx))
+	out := make([]oip.RepositoryEntry, len(idx))
 	for i, e := range idx {
-		out[i] = consumer.RepositoryEntry{Name: e.Name, Version: e.Version, State: e.State, Reason: e.Reason}
+		out[i] = oip.RepositoryEntry{Name: e.Name, Version: e.Version, State: e.State, Reason: e.Reason}
 	}
 	return out
 }
@@ -32,14 +32,14 @@ func (c control) Unload(ctx context.Context, name string) error {
 	return controlError(c.r.Unload(ctx, name))
 }
 
-// controlError marks err with the consumer's error for its case, keeping
+// controlError marks err with the gRPC endpoint's error for its case, keeping
 // its text.
 func controlError(err error) error {
 	switch {
 	case errors.Is(err, ErrNotFound):
-		return markedError{err, consumer.ErrRepositoryNotFound}
+		return markedError{err, oip.ErrRepositoryNotFound}
 	case errors.Is(err, ErrNotExplicit):
-		return markedError{err, consumer.ErrRepositoryNotExplicit}
+		return markedError{err, oip.ErrRepositoryNotExplicit}
 	}
 	return err
 }

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	pb "github.com/inferq/inferq/consumer/inferencepb"
 	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/models/examples"
+	pb "github.com/inferq/inferq/oip/inferencepb"
 	"github.com/inferq/inferq/repository"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"

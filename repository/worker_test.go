@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/inferq/inferq/consumer"
 	"github.com/inferq/inferq/models"
+	"github.com/inferq/inferq/oip"
 	"github.com/inferq/inferq/repository"
 	"github.com/inferq/inferq/worker"
 )
@@ -32,7 +32,7 @@ func TestAddToGRPC(t *testing.T) {
 	if wc.Routes == nil || wc.Repository == nil {
 		t.Fatalf("with a repository: routes %v, gRPC repository %v", wc.Routes != nil, wc.Repository)
 	}
-	if err := wc.Repository.Load(context.Background(), "mlp"); !errors.Is(err, consumer.ErrRepositoryNotExplicit) {
+	if err := wc.Repository.Load(context.Background(), "mlp"); !errors.Is(err, oip.ErrRepositoryNotExplicit) {
 		t.Errorf("load in poll mode: %v, want ErrRepositoryNotExplicit", err)
 	}
 }

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"net"
 
-	"github.com/inferq/inferq/consumer"
+	"github.com/inferq/inferq/oip"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 )
@@ -37,8 +37,8 @@ func (w *Worker) listenGRPC(context.Context) error {
 		return fmt.Errorf("grpc: listen on %s: %w", g.Listen, err)
 	}
 	w.glis = lis
-	w.gs = consumer.NewGRPCServer(consumer.GRPCConfig{Server: w.srv, AuthToken: token, MaxConcurrentInfer: g.MaxConcurrentRequests,
-		Repository: w.cfg.Repository}, opts...)
+	w.gs = oip.NewGRPCServer(w.srv, oip.GRPCConfig{Metrics: w.met, Gatherer: w.cfg.Registry, AuthToken: token,
+		MaxConcurrentInfer: g.MaxConcurrentRequests, Repository: w.cfg.Repository}, opts...)
 	w.log.Info("grpc listening", "addr", lis.Addr().String(), "tls", len(opts) > 0, "auth", token != "")
 	if token == "" && !loopback(lis.Addr()) {
 		w.log.Warn("grpc listens beyond loopback without a bearer token: whoever reaches it can run inference; set http.auth_token, http.auth_token_file or INFERQ_HTTP_AUTH_TOKEN",

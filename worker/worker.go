@@ -18,6 +18,7 @@ import (
 	"github.com/inferq/inferq/logclip"
 	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/mq"
+	"github.com/inferq/inferq/oip"
 	"github.com/inferq/inferq/results"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
@@ -91,7 +92,7 @@ type Config struct {
 	// Repository, optional, answers the gRPC endpoint's model repository
 	// RPCs (RepositoryIndex, RepositoryModelLoad, RepositoryModelUnload),
 	// the gRPC side of Routes.
-	Repository consumer.ModelRepository
+	Repository oip.ModelRepository
 	// Journal is the attempt journal's config; New sets its Dir
 	// (DataDir/journal, or "" for memory) and its Logger. Tests set its
 	// WrapWriter (a full disk).
@@ -112,6 +113,7 @@ type Worker struct {
 	journal *crash.Journal
 	dirLock *datadir.Lock
 	srv     *consumer.Server
+	met     *consumer.Metrics // the consumer's, which the HTTP and gRPC endpoints count into too
 	lis     net.Listener
 	hs      *http.Server
 	glis    net.Listener // the gRPC listener (grpc.go)
@@ -177,7 +179,7 @@ func (w *Worker) openStore(context.Context) error {
 		dir = filepath.Join(w.cfg.DataDir, "results")
 	}
 	store, err := results.New(results.Config{
-		Broker: consumer.ResultsBroker(w.conn), Logger: w.log.With("component", "results"),
+		Broker: ResultsBroker(w.conn), Logger: w.log.With("component", "results"),
 		DataDir: dir, MemoryOnly: memory, BrokerAway: brokerAway,
 		SpoolEntries: w.cfg.Results.SpoolMaxEntries, SpoolMemoryBytes: w.cfg.Results.SpoolMaxMemoryBytes,
 		SpoolDiskBytes: w.cfg.Results.SpoolMaxDiskBytes,
@@ -299,7 +301,7 @@ func (w *Worker) registerJournalMetrics() error {
 
 func (w *Worker) newConsumer(context.Context) error {
 	cc := w.cfg.Consumer
-	cc.Broker, cc.Store, cc.Models, cc.Journal = w.conn, w.store, w.cfg.Models, w.journal
+	cc.Broker, cc.Store, cc.Models, cc.Journal = consumer.Conn(w.conn), w.store, w.cfg.Models, w.journal
 	if cc.Crash.Events == nil && !w.cfg.LocalCrashCounts {
 		cc.Crash.Events = w.conn // the fleet's crash budget (crash.Fleet)
 	}
@@ -322,7 +324,7 @@ func (w *Worker) newConsumer(context.Context) error {
 	if err != nil {
 		return err
 	}
-	w.srv = srv
+	w.srv, w.met = srv, cc.Metrics
 	return nil
 }
 
@@ -381,7 +383,7 @@ func (w *Worker) listen(context.Context) error {
 	}
 	w.lis = lis
 	w.hs = &http.Server{
-		Handler: consumer.Handler(consumer.HTTPConfig{Server: w.srv, Gatherer: w.cfg.Registry, Devices: w.cfg.Devices,
+		Handler: oip.Handler(w.srv, oip.HTTPConfig{Gatherer: w.cfg.Registry, Metrics: w.met, Devices: w.cfg.Devices,
 			AuthToken: token, MaxConcurrentInfer: h.MaxConcurrentRequests, Routes: w.cfg.Routes}),
 		// A client that declares a body and trickles it holds a
 		// connection and an infer slot until ReadTimeout, no longer.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -142,6 +143,36 @@ func TestBenchOIPModes(t *testing.T) {
 			if !regexp.MustCompile(`\n\s+` + mode + `\s+\d`).MatchString(out.String()) {
 				t.Errorf("payload %s: no %s row:\n%s", payload, mode, out)
 			}
+		}
+	}
+}
+
+// TestBenchFleetShares runs two servers on one plain queue with a
+// simulated accelerator on the embedded broker, as the docs show it
+// (`inferq bench --servers 2 --sim-latency 40ms,400us --modes queue`): the
+// report gives each server's share of the rows, and both served.
+func TestBenchFleetShares(t *testing.T) {
+	env := ortEnv(t)
+	dir := t.TempDir()
+	a, out, errb := testApp(env)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	code := a.main(ctx, []string{"bench", "--models-dir", filepath.Join(dir, "models"), "--modes", "queue", "--servers", "2",
+		"--sim-latency", "40ms,400us", "--duration", "2s", "--warmup", "500ms", "--batch-sizes", "64"})
+	t.Logf("exit %d\n%s\n%s", code, out, errb)
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	if !strings.Contains(out.String(), "simulated accelerator (--sim-latency 40ms,400µs)") {
+		t.Error("the header does not state the simulated accelerator")
+	}
+	m := regexp.MustCompile(`rows per server: server 0 (\d+) \((\d+)%\), server 1 (\d+) \((\d+)%\)`).FindStringSubmatch(out.String())
+	if m == nil {
+		t.Fatal("no shares line for the two servers")
+	}
+	for _, share := range []string{m[2], m[4]} {
+		if n, _ := strconv.Atoi(share); n < 25 {
+			t.Errorf("shares %s%% and %s%%: want each server to run at least a quarter of the rows", m[2], m[4])
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package consumer
+package oip
 
 import (
 	"context"
@@ -7,8 +7,12 @@ import (
 	"net/http"
 	"time"
 
-	pb "github.com/inferq/inferq/consumer/inferencepb"
+	"github.com/inferq/inferq/admit"
 	"github.com/inferq/inferq/models"
+	pb "github.com/inferq/inferq/oip/inferencepb"
+	"github.com/inferq/inferq/task"
+	"github.com/inferq/inferq/tensor"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -37,7 +41,13 @@ import (
 
 // GRPCConfig configures the gRPC endpoint.
 type GRPCConfig struct {
-	Server *Server
+	// Metrics counts the ModelInfer calls (inferq_grpc_infer_total and the
+	// rest, see Observer); nil: not counted.
+	Metrics Observer
+	// Gatherer holds the metrics ModelStatistics reads (those Metrics
+	// counts into, and the batchers' and the queue loop's: /metrics'
+	// registry); nil: every statistic is 0.
+	Gatherer prometheus.Gatherer
 	// Ready reports readiness beyond the broker (models warm); nil: true.
 	Ready func() bool
 	// AuthToken, when set, is the bearer token every call but ServerLive
@@ -55,36 +65,45 @@ type GRPCConfig struct {
 }
 
 // grpcService serves GRPCInferenceService.
-type grpcService struct {
+type grpcService[M Model] struct {
 	pb.UnimplementedGRPCInferenceServiceServer
-	s     *Server
-	ready func() bool
-	repo  ModelRepository // nil: none
-	token *bearer         // nil: no token asked
+	s      Inference[M]
+	obs    Observer
+	gather prometheus.Gatherer // nil: none
+	ready  func() bool
+	repo   ModelRepository // nil: none
+	token  *bearer         // nil: no token asked
 	// slots holds a token per ModelInfer in progress.
 	slots chan struct{}
 }
 
 // NewGRPCServer returns a gRPC server of the Open Inference Protocol over
-// c.Server's models. Messages are bounded by the loosest
-// limits.max_body_bytes of its models (each model's own is checked at
+// s's models. Messages are bounded by the loosest limits.max_body_bytes of
+// the models served when it is made (each model's own is checked at
 // admission); opts (TLS credentials) come after its own. Safe for
 // concurrent use; the caller serves and stops it.
-func NewGRPCServer(c GRPCConfig, opts ...grpc.ServerOption) *grpc.Server {
+func NewGRPCServer[M Model](s Inference[M], c GRPCConfig, opts ...grpc.ServerOption) *grpc.Server {
 	n := c.MaxConcurrentInfer
 	if n <= 0 {
 		n = models.DefaultHTTPMaxConcurrentRequests
 	}
-	g := &grpcService{s: c.Server, ready: c.Ready, repo: c.Repository, slots: make(chan struct{}, n)}
+	g := &grpcService[M]{s: s, obs: c.Metrics, gather: c.Gatherer, ready: c.Ready, repo: c.Repository, slots: make(chan struct{}, n)}
 	if g.ready == nil {
 		g.ready = func() bool { return true }
+	}
+	if g.obs == nil {
+		g.obs = noObserver{}
+	}
+	var maxBody int64 // the loosest of the models'
+	for _, m := range s.Models() {
+		maxBody = max(maxBody, admit.BodyLimit(m.ModelConfig()))
 	}
 	if c.AuthToken != "" {
 		b := newBearer(c.AuthToken)
 		g.token = &b
 	}
 	opts = append([]grpc.ServerOption{
-		grpc.MaxRecvMsgSize(int(c.Server.models.Load().limits.MaxBodyBytes)),
+		grpc.MaxRecvMsgSize(int(maxBody)),
 		grpc.InTapHandle(g.tap),
 	}, opts...)
 	srv := grpc.NewServer(opts...)
@@ -95,7 +114,7 @@ func NewGRPCServer(c GRPCConfig, opts ...grpc.ServerOption) *grpc.Server {
 // tap refuses a call before its message is read: one without the bearer
 // token, and a ModelInfer while every slot is taken (the slot itself is
 // taken in ModelInfer; this check keeps most refused messages unread).
-func (g *grpcService) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
+func (g *grpcService[M]) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
 	health := info.FullMethodName == pb.GRPCInferenceService_ServerLive_FullMethodName ||
 		info.FullMethodName == pb.GRPCInferenceService_ServerReady_FullMethodName
 	if g.token != nil && !health {
@@ -113,49 +132,50 @@ func (g *grpcService) tap(ctx context.Context, info *tap.Info) (context.Context,
 	return ctx, nil
 }
 
-func (g *grpcService) busy() error {
+func (g *grpcService[M]) busy() error {
 	return status.Errorf(codes.Unavailable, "%d infer requests are in progress, the limit (grpc.max_concurrent_requests); retry later", cap(g.slots))
 }
 
-func (g *grpcService) ServerLive(context.Context, *pb.ServerLiveRequest) (*pb.ServerLiveResponse, error) {
+func (g *grpcService[M]) ServerLive(context.Context, *pb.ServerLiveRequest) (*pb.ServerLiveResponse, error) {
 	return &pb.ServerLiveResponse{Live: true}, nil
 }
 
-func (g *grpcService) ServerReady(context.Context, *pb.ServerReadyRequest) (*pb.ServerReadyResponse, error) {
+func (g *grpcService[M]) ServerReady(context.Context, *pb.ServerReadyRequest) (*pb.ServerReadyResponse, error) {
 	return &pb.ServerReadyResponse{Ready: g.ready()}, nil
 }
 
-func (g *grpcService) ServerMetadata(context.Context, *pb.ServerMetadataRequest) (*pb.ServerMetadataResponse, error) {
+func (g *grpcService[M]) ServerMetadata(context.Context, *pb.ServerMetadataRequest) (*pb.ServerMetadataResponse, error) {
 	return &pb.ServerMetadataResponse{Name: "inferq", Version: serverVersion(), Extensions: []string{"binary_tensor_data"}}, nil
 }
 
 // model returns the model called name at version ("" for any), or the
 // NOT_FOUND status.
-func (g *grpcService) model(name, version string) (*Model, error) {
-	m := g.s.models.Load().byName[name]
-	if m == nil {
-		return nil, status.Error(codes.NotFound, g.s.models.Load().unknown(name).Error())
+func (g *grpcService[M]) model(name, version string) (M, error) {
+	m, err := g.s.Model(name)
+	if err != nil {
+		return m, status.Error(codes.NotFound, err.Error())
 	}
-	if version != "" && version != m.serving() {
-		return nil, status.Errorf(codes.NotFound, "model %q has no version %q (it serves version %q)", name, version, m.serving())
+	if version != "" && version != m.Serving() {
+		return m, status.Errorf(codes.NotFound, "model %q has no version %q (it serves version %q)", name, version, m.Serving())
 	}
 	return m, nil
 }
 
-func (g *grpcService) ModelReady(_ context.Context, req *pb.ModelReadyRequest) (*pb.ModelReadyResponse, error) {
+func (g *grpcService[M]) ModelReady(_ context.Context, req *pb.ModelReadyRequest) (*pb.ModelReadyResponse, error) {
 	if _, err := g.model(req.Name, req.Version); err != nil {
 		return nil, err
 	}
 	return &pb.ModelReadyResponse{Ready: g.ready()}, nil
 }
 
-func (g *grpcService) ModelMetadata(_ context.Context, req *pb.ModelMetadataRequest) (*pb.ModelMetadataResponse, error) {
+func (g *grpcService[M]) ModelMetadata(_ context.Context, req *pb.ModelMetadataRequest) (*pb.ModelMetadataResponse, error) {
 	m, err := g.model(req.Name, req.Version)
 	if err != nil {
 		return nil, err
 	}
-	return &pb.ModelMetadataResponse{Name: m.Config.Name, Versions: []string{m.serving()}, Platform: "onnxruntime_onnx",
-		Inputs: grpcTensorMetas(tensorMetas(m.Info.Inputs)), Outputs: grpcTensorMetas(tensorMetas(m.Info.Outputs))}, nil
+	info := m.ModelInfo()
+	return &pb.ModelMetadataResponse{Name: m.ModelConfig().Name, Versions: []string{m.Serving()}, Platform: "onnxruntime_onnx",
+		Inputs: grpcTensorMetas(tensorMetas(info.Inputs)), Outputs: grpcTensorMetas(tensorMetas(info.Outputs))}, nil
 }
 
 func grpcTensorMetas(ts []tensorMeta) []*pb.ModelMetadataResponse_TensorMetadata {
@@ -167,12 +187,11 @@ func grpcTensorMetas(ts []tensorMeta) []*pb.ModelMetadataResponse_TensorMetadata
 }
 
 // ModelInfer admits and runs one request, as an HTTP infer request runs.
-func (g *grpcService) ModelInfer(ctx context.Context, req *pb.ModelInferRequest) (*pb.ModelInferResponse, error) {
+func (g *grpcService[M]) ModelInfer(ctx context.Context, req *pb.ModelInferRequest) (*pb.ModelInferResponse, error) {
 	start := time.Now()
-	s := g.s
 	m, err := g.model(req.ModelName, req.ModelVersion)
 	if err != nil {
-		s.met.GRPCInfer.WithLabelValues("", OutcomeUnknownModel).Inc()
+		g.obs.ObserveInfer("grpc", "", outcomeUnknownModel, time.Since(start))
 		return nil, err
 	}
 	select {
@@ -181,52 +200,48 @@ func (g *grpcService) ModelInfer(ctx context.Context, req *pb.ModelInferRequest)
 	default:
 		return nil, g.busy()
 	}
-	name := m.Config.Name
-	resp, outcome, err := s.grpcInfer(ctx, m, req, start)
-	s.met.GRPCInfer.WithLabelValues(name, outcome).Inc()
-	s.met.inference(name, outcome)
-	s.met.SyncDuration.WithLabelValues(name, "grpc").Observe(time.Since(start).Seconds())
+	c := m.ModelConfig()
+	resp, outcome, err := g.infer(ctx, c, req, start)
+	g.obs.ObserveInfer("grpc", c.Name, outcome, time.Since(start))
 	return resp, err
 }
 
-// grpcInfer admits and runs req for m, received at start; the error is a
-// gRPC status.
-func (s *Server) grpcInfer(ctx context.Context, m *Model, req *pb.ModelInferRequest, start time.Time) (*pb.ModelInferResponse, string, error) {
+// infer admits and runs req for the model configured c, received at
+// start; the error is a gRPC status.
+func (g *grpcService[M]) infer(ctx context.Context, c *models.Model, req *pb.ModelInferRequest, start time.Time) (*pb.ModelInferResponse, string, error) {
 	size := proto.Size(req)
-	r, derr := readGRPCInfer(req, size, modelLimits(m))
+	r, derr := readGRPCInfer(req, size, admit.Limits(c))
 	if r.task == nil && derr == nil {
 		derr = errors.New("internal error: no request read") // readGRPCInfer returns one or the other
 	}
-	a := admit(admission{from: fromHTTP, decoded: r.task, decodeErr: derr, size: int64(size), tags: s.trace.grpcTags(ctx),
-		model: m.Config.Name, received: start, traced: s.trace.tr != nil}, s.models.Load())
-	root := s.trace.httpRoot(m.Config.Name, &a, start)
-	outputs, outcome, err := s.runSync(ctx, &a, root)
+	in := admit.Input{From: admit.FromHTTP, Decoded: r.task, DecodeErr: derr, Size: int64(size), Trace: incoming{ctx},
+		Model: c.Name, Received: start}
 	var resp *pb.ModelInferResponse
-	if err == nil {
-		resp = &pb.ModelInferResponse{ModelName: m.Config.Name, ModelVersion: m.version(a.ranVersion), Id: req.Id}
-		if err = grpcOutputs(resp, outputs, r.raw); err != nil {
-			outcome, err = OutcomeFailure, fmt.Errorf("model %q: encoding the result: %w", m.Config.Name, err)
+	v, outcome, err := g.s.Infer(ctx, in, func(version string, outputs []tensor.Tensor, _ *task.Task) error {
+		resp = &pb.ModelInferResponse{ModelName: c.Name, ModelVersion: version, Id: req.Id}
+		if err := grpcOutputs(resp, outputs, r.raw); err != nil {
+			return fmt.Errorf("model %q: encoding the result: %w", c.Name, err)
 		}
-	}
-	endRoot(root, outcome, err)
+		return nil
+	})
 	if err != nil {
-		return nil, outcome, status.Error(grpcCode(&a, outcome, err), err.Error())
+		return nil, outcome, status.Error(grpcCode(v, outcome, err), err.Error())
 	}
 	return resp, outcome, nil
 }
 
 // grpcCode is the gRPC code of a failed infer request: the HTTP path's
 // status (inferStatus) in gRPC's terms, with the cases gRPC tells apart.
-func grpcCode(a *admitted, outcome string, err error) codes.Code {
+func grpcCode(v admit.Verdict, outcome string, err error) codes.Code {
 	switch {
-	case a.verdict == admitTooLarge:
+	case v == admit.TooLarge:
 		return codes.ResourceExhausted
-	case outcome == OutcomeExpired && errors.Is(err, context.Canceled):
+	case outcome == outcomeExpired && errors.Is(err, context.Canceled):
 		return codes.Canceled
-	case outcome == OutcomeExpired:
+	case outcome == outcomeExpired:
 		return codes.DeadlineExceeded
 	}
-	switch inferStatus(a, outcome, err) {
+	switch inferStatus(v, outcome, err) {
 	case http.StatusNotFound:
 		return codes.NotFound
 	case http.StatusBadRequest:
@@ -237,18 +252,17 @@ func grpcCode(a *admitted, outcome string, err error) codes.Code {
 	return codes.Internal
 }
 
-// grpcTags are the W3C trace headers of a call's metadata as tags, for
-// admission (nil when tracing is off).
-func (t tracing) grpcTags(ctx context.Context) map[string]string {
-	if t.tr == nil {
-		return nil
+// incoming is a call's metadata as the carrier of its trace context
+// (traceparent, tracestate), read only when admission asks (tracing on).
+type incoming struct{ ctx context.Context }
+
+func (c incoming) Get(key string) string {
+	md, _ := metadata.FromIncomingContext(c.ctx)
+	if v := md.Get(key); len(v) > 0 {
+		return v[0]
 	}
-	md, _ := metadata.FromIncomingContext(ctx)
-	first := func(k string) string {
-		if v := md.Get(k); len(v) > 0 {
-			return v[0]
-		}
-		return ""
-	}
-	return map[string]string{"traceparent": first("traceparent"), "tracestate": first("tracestate")}
+	return ""
 }
+
+func (incoming) Set(string, string) {}
+func (incoming) Keys() []string     { return nil }

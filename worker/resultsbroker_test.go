@@ -1,4 +1,4 @@
-package consumer_test
+package worker_test
 
 import (
 	"context"
@@ -9,8 +9,8 @@ import (
 	"github.com/cenkalti/backoff/v5"
 	"github.com/inferq/inferq/broker"
 	"github.com/inferq/inferq/broker/brokertest"
-	"github.com/inferq/inferq/consumer"
 	"github.com/inferq/inferq/mq"
+	"github.com/inferq/inferq/worker"
 )
 
 // A channel name the broker refuses is a permanent failure for the results
@@ -23,7 +23,7 @@ func TestResultsBrokerRefusalsArePermanent(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	rb := consumer.ResultsBroker(conn)
+	rb := worker.ResultsBroker(conn)
 	ctx := context.Background()
 	for _, ch := range []string{"rayserve-result-a b", "reply.*", "reply.>", "reply.", "rayserve-result-a\nb"} {
 		for op, call := range map[string]func() error{

@@ -1,4 +1,4 @@
-package consumer
+package oip
 
 import (
 	"encoding/binary"
@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	pb "github.com/inferq/inferq/consumer/inferencepb"
+	pb "github.com/inferq/inferq/oip/inferencepb"
 	"github.com/inferq/inferq/task"
 	"github.com/inferq/inferq/tensor"
 )

@@ -15,7 +15,7 @@
 //
 //	go install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 //	go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.3.0
-//	go generate ./consumer/inferencepb
+//	go generate ./oip/inferencepb
 package inferencepb
 
-//go:generate protoc --proto_path=. --go_out=. --go_opt=paths=source_relative "--go_opt=Mgrpc_predict_v2.proto=github.com/inferq/inferq/consumer/inferencepb;inferencepb" "--go_opt=Mtriton_extensions.proto=github.com/inferq/inferq/consumer/inferencepb;inferencepb" --go-grpc_out=. --go-grpc_opt=paths=source_relative "--go-grpc_opt=Mgrpc_predict_v2.proto=github.com/inferq/inferq/consumer/inferencepb;inferencepb" "--go-grpc_opt=Mtriton_extensions.proto=github.com/inferq/inferq/consumer/inferencepb;inferencepb" grpc_predict_v2.proto triton_extensions.proto
+//go:generate protoc --proto_path=. --go_out=. --go_opt=paths=source_relative "--go_opt=Mgrpc_predict_v2.proto=github.com/inferq/inferq/oip/inferencepb;inferencepb" "--go_opt=Mtriton_extensions.proto=github.com/inferq/inferq/oip/inferencepb;inferencepb" --go-grpc_out=. --go-grpc_opt=paths=source_relative "--go-grpc_opt=Mgrpc_predict_v2.proto=github.com/inferq/inferq/oip/inferencepb;inferencepb" "--go-grpc_opt=Mtriton_extensions.proto=github.com/inferq/inferq/oip/inferencepb;inferencepb" grpc_predict_v2.proto triton_extensions.proto

@@ -1,4 +1,4 @@
-package consumer_test
+package oip_test
 
 import (
 	"bytes"
@@ -18,10 +18,11 @@ import (
 
 	"github.com/inferq/inferq/batch"
 	"github.com/inferq/inferq/consumer"
-	pb "github.com/inferq/inferq/consumer/inferencepb"
+	"github.com/inferq/inferq/consumer/consumertest"
 	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/models/examples"
-	"github.com/inferq/inferq/mq"
+	"github.com/inferq/inferq/oip"
+	pb "github.com/inferq/inferq/oip/inferencepb"
 	"github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/task"
 	"github.com/inferq/inferq/tensor"
@@ -54,7 +55,7 @@ type ortServer struct {
 // ortOpts adjust newORTServer's models and gRPC config.
 type ortOpts struct {
 	model func(*models.Model)
-	grpc  func(*consumer.GRPCConfig)
+	grpc  func(*oip.GRPCConfig)
 }
 
 func newORTServer(t *testing.T, o ortOpts) *ortServer {
@@ -112,32 +113,25 @@ func newORTServer(t *testing.T, o ortOpts) *ortServer {
 	for i := range ms {
 		ms[i].Config = cfg.Models[i]
 	}
-	conn, err := mq.Dial(ctx, mq.Config{Address: "127.0.0.1:1", ClientID: "grpc-test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	cons, err := consumer.New(consumer.Config{Broker: conn, Store: nopStore{}, Metrics: met, Models: ms})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(consumer.Handler(consumer.HTTPConfig{Server: cons, Gatherer: reg}))
+	cons := consumertest.Offline(t, consumer.Config{Metrics: met, Models: ms})
+	hs := httptest.NewServer(oip.Handler(cons, oip.HTTPConfig{Gatherer: reg, Metrics: met}))
 	t.Cleanup(hs.Close)
-	gc := consumer.GRPCConfig{Server: cons}
+	gc := oip.GRPCConfig{Metrics: met, Gatherer: reg}
 	if o.grpc != nil {
 		o.grpc(&gc)
 	}
-	return &ortServer{url: hs.URL, dial: serveGRPC(t, gc)}
+	return &ortServer{url: hs.URL, dial: serveGRPC(t, cons, gc)}
 }
 
-// serveGRPC serves c on a loopback port and returns a dialer of clients.
-func serveGRPC(t *testing.T, c consumer.GRPCConfig) func(opts ...grpc.DialOption) pb.GRPCInferenceServiceClient {
+// serveGRPC serves s with c on a loopback port and returns a dialer of
+// clients.
+func serveGRPC(t *testing.T, s *consumer.Server, c oip.GRPCConfig) func(opts ...grpc.DialOption) pb.GRPCInferenceServiceClient {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := consumer.NewGRPCServer(c)
+	gs := oip.NewGRPCServer(s, c)
 	go func() { _ = gs.Serve(lis) }()
 	t.Cleanup(gs.Stop)
 	return func(opts ...grpc.DialOption) pb.GRPCInferenceServiceClient {
@@ -187,7 +181,7 @@ func randomTensor(t *testing.T, dt tensor.DType, rows int64, r *rand.Rand) tenso
 // typedInput is tn as a request input with typed contents.
 func typedInput(t *testing.T, tn tensor.Tensor) *pb.ModelInferRequest_InferInputTensor {
 	t.Helper()
-	c, err := consumer.TypedContents(tn)
+	c, err := oip.TypedContents(tn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +215,7 @@ func grpcOutput(t *testing.T, resp *pb.ModelInferResponse, wantRaw bool) tensor.
 		tn.Data = resp.RawOutputContents[0]
 	} else {
 		in := &pb.ModelInferRequest_InferInputTensor{Name: o.Name, Datatype: o.Datatype, Shape: o.Shape, Contents: o.Contents}
-		if tn.Data, err = consumer.TypedData(in); err != nil {
+		if tn.Data, err = oip.TypedData(in); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -242,12 +236,12 @@ func httpInfer(t *testing.T, url, model string, tn tensor.Tensor, binaryOut bool
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, body := do(t, "POST", url+"/v2/models/"+model+"/infer", append(header, tn.Data...), map[string]string{consumer.HeaderInferenceLength: strconv.Itoa(len(header))})
+	resp, body := do(t, "POST", url+"/v2/models/"+model+"/infer", append(header, tn.Data...), map[string]string{oip.HeaderInferenceLength: strconv.Itoa(len(header))})
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("HTTP infer %s: %d %s", model, resp.StatusCode, body)
 	}
 	n := len(body)
-	if h := resp.Header.Get(consumer.HeaderInferenceLength); h != "" {
+	if h := resp.Header.Get(oip.HeaderInferenceLength); h != "" {
 		if n, err = strconv.Atoi(h); err != nil {
 			t.Fatal(err)
 		}
@@ -454,7 +448,7 @@ func TestGRPCInferErrors(t *testing.T) {
 // With a token, every call but ServerLive and ServerReady needs
 // "authorization: Bearer <token>" in its metadata.
 func TestGRPCToken(t *testing.T) {
-	s := newORTServer(t, ortOpts{grpc: func(c *consumer.GRPCConfig) { c.AuthToken = "s3cret" }})
+	s := newORTServer(t, ortOpts{grpc: func(c *oip.GRPCConfig) { c.AuthToken = "s3cret" }})
 	c := s.client(t)
 	x := randomTensor(t, tensor.FP32, 1, rand.New(rand.NewPCG(1, 1)))
 	req := rawRequest(identityName(tensor.FP32), x)
@@ -491,9 +485,9 @@ func TestGRPCToken(t *testing.T) {
 // UNAVAILABLE at once, not queued; the slots come back when calls end, and
 // other calls are not capped.
 func TestGRPCConcurrencyCap(t *testing.T) {
-	b := &blockingBatcher{f: newFakeBatcher(), entered: make(chan struct{}, 8), release: make(chan struct{})}
-	srv, _ := bareServer(t, bareOpts{batcher: b})
-	c := serveGRPC(t, consumer.GRPCConfig{Server: srv, MaxConcurrentInfer: 2})()
+	b := &blockingBatcher{f: consumertest.NewFakeBatcher(), entered: make(chan struct{}, 8), release: make(chan struct{})}
+	bs := bareServer(t, bareOpts{batcher: b})
+	c := serveGRPC(t, bs.srv, oip.GRPCConfig{Metrics: bs.met, Gatherer: bs.reg, MaxConcurrentInfer: 2})()
 	req := &pb.ModelInferRequest{ModelName: "m", Inputs: []*pb.ModelInferRequest_InferInputTensor{
 		{Name: "x", Datatype: "FP32", Shape: []int64{1, 4}, Contents: &pb.InferTensorContents{Fp32Contents: []float32{0, 1, 0, 0}}}}}
 	held := make(chan error, 2)
@@ -532,8 +526,8 @@ func TestGRPCConcurrencyCap(t *testing.T) {
 
 // A model whose batcher is closed answers UNAVAILABLE, as HTTP answers 503.
 func TestGRPCBatcherClosed(t *testing.T) {
-	srv, _ := bareServer(t, bareOpts{batcher: closedBatcher{}})
-	c := serveGRPC(t, consumer.GRPCConfig{Server: srv})()
+	bs := bareServer(t, bareOpts{batcher: closedBatcher{}})
+	c := serveGRPC(t, bs.srv, oip.GRPCConfig{Metrics: bs.met, Gatherer: bs.reg})()
 	req := &pb.ModelInferRequest{ModelName: "m", Inputs: []*pb.ModelInferRequest_InferInputTensor{
 		{Name: "x", Datatype: "FP32", Shape: []int64{1, 4}, Contents: &pb.InferTensorContents{Fp32Contents: []float32{0, 1, 0, 0}}}}}
 	if _, err := c.ModelInfer(callCtx(t), req); status.Code(err) != codes.Unavailable {

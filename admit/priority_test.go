@@ -1,4 +1,4 @@
-package consumer
+package admit
 
 import (
 	"strings"
@@ -35,12 +35,12 @@ func TestAdmitPriority(t *testing.T) {
 		{name: "no levels, 0", model: "small", priority: "0", level: 1},
 		{name: "no levels, 1", model: "small", priority: "1", want: []string{`model "small"`, "priority 1: the model has no priority levels (batching.priority_levels 0)"}},
 	} {
-		for _, from := range []source{fromQueue, fromQuery, fromHTTP} {
+		for _, from := range []Source{FromQueue, FromQuery, FromHTTP} {
 			t.Run(tc.name+"/"+from.noun(), func(t *testing.T) {
-				in := admission{from: from, received: now}
+				in := Input{From: from, Received: now}
 				var body string
-				if from == fromHTTP {
-					in.model = tc.model
+				if from == FromHTTP {
+					in.Model = tc.model
 					params := ""
 					if tc.priority != "" {
 						params = `"parameters":{"priority":` + tc.priority + `},`
@@ -53,24 +53,24 @@ func TestAdmitPriority(t *testing.T) {
 					}
 					body = `{"task_id":"t1","task_name":"` + tc.model + `","kwargs":{` + kw + `"inputs":[` + x4 + `]}}`
 				}
-				in.body = []byte(body)
-				a := admit(in, mt)
+				in.Body = []byte(body)
+				a := mt.Admit(in)
 				if tc.want == nil {
-					if a.verdict != admitRun || a.level != tc.level {
-						t.Fatalf("verdict %d (%v) level %d, want it run at level %d", a.verdict, a.err, a.level, tc.level)
+					if a.Verdict != Run || a.Level != tc.level {
+						t.Fatalf("verdict %d (%v) level %d, want it run at level %d", a.Verdict, a.Err, a.Level, tc.level)
 					}
 					return
 				}
-				if a.verdict != admitBadInput {
-					t.Fatalf("verdict %d (%v), want bad input", a.verdict, a.err)
+				if a.Verdict != BadInput {
+					t.Fatalf("verdict %d (%v), want bad input", a.Verdict, a.Err)
 				}
 				field := "kwargs.priority"
-				if from == fromHTTP {
+				if from == FromHTTP {
 					field = "parameters.priority"
 				}
 				for _, w := range append(tc.want, field) {
-					if !strings.Contains(a.err.Error(), w) {
-						t.Errorf("error %q does not say %q", a.err, w)
+					if !strings.Contains(a.Err.Error(), w) {
+						t.Errorf("error %q does not say %q", a.Err, w)
 					}
 				}
 			})

@@ -1,11 +1,11 @@
-package consumer
+package oip
 
 import (
 	"bytes"
 	"errors"
 	"testing"
 
-	pb "github.com/inferq/inferq/consumer/inferencepb"
+	pb "github.com/inferq/inferq/oip/inferencepb"
 	"github.com/inferq/inferq/task"
 	"github.com/inferq/inferq/tensor"
 	"google.golang.org/protobuf/proto"

@@ -1,4 +1,4 @@
-package consumer
+package oip
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"slices"
 
-	pb "github.com/inferq/inferq/consumer/inferencepb"
+	pb "github.com/inferq/inferq/oip/inferencepb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -50,13 +50,13 @@ var (
 	ErrRepositoryNotExplicit = errors.New("explicit model control is not enabled")
 )
 
-func (g *grpcService) RepositoryIndex(_ context.Context, req *pb.RepositoryIndexRequest) (*pb.RepositoryIndexResponse, error) {
+func (g *grpcService[M]) RepositoryIndex(_ context.Context, req *pb.RepositoryIndexRequest) (*pb.RepositoryIndexResponse, error) {
 	var idx []RepositoryEntry
 	if g.repo != nil {
 		idx = g.repo.Index(req.Ready)
 	} else {
-		for _, m := range g.s.models.Load().order {
-			idx = append(idx, RepositoryEntry{Name: m.Config.Name, Version: m.serving(), State: "READY"})
+		for _, m := range g.s.Models() {
+			idx = append(idx, RepositoryEntry{Name: m.ModelConfig().Name, Version: m.Serving(), State: "READY"})
 		}
 	}
 	resp := &pb.RepositoryIndexResponse{Models: make([]*pb.RepositoryIndexResponse_ModelIndex, len(idx))}
@@ -66,28 +66,28 @@ func (g *grpcService) RepositoryIndex(_ context.Context, req *pb.RepositoryIndex
 	return resp, nil
 }
 
-func (g *grpcService) RepositoryModelLoad(ctx context.Context, req *pb.RepositoryModelLoadRequest) (*pb.RepositoryModelLoadResponse, error) {
+func (g *grpcService[M]) RepositoryModelLoad(ctx context.Context, req *pb.RepositoryModelLoadRequest) (*pb.RepositoryModelLoadResponse, error) {
 	if err := g.control(ctx, "load", req.ModelName, g.repoLoad); err != nil {
 		return nil, err
 	}
 	return &pb.RepositoryModelLoadResponse{}, nil
 }
 
-func (g *grpcService) RepositoryModelUnload(ctx context.Context, req *pb.RepositoryModelUnloadRequest) (*pb.RepositoryModelUnloadResponse, error) {
+func (g *grpcService[M]) RepositoryModelUnload(ctx context.Context, req *pb.RepositoryModelUnloadRequest) (*pb.RepositoryModelUnloadResponse, error) {
 	if err := g.control(ctx, "unload", req.ModelName, g.repoUnload); err != nil {
 		return nil, err
 	}
 	return &pb.RepositoryModelUnloadResponse{}, nil
 }
 
-func (g *grpcService) repoLoad(ctx context.Context, name string) error {
+func (g *grpcService[M]) repoLoad(ctx context.Context, name string) error {
 	if g.repo == nil {
 		return errNoRepository("load")
 	}
 	return g.repo.Load(ctx, name)
 }
 
-func (g *grpcService) repoUnload(ctx context.Context, name string) error {
+func (g *grpcService[M]) repoUnload(ctx context.Context, name string) error {
 	if g.repo == nil {
 		return errNoRepository("unload")
 	}
@@ -101,7 +101,7 @@ func errNoRepository(verb string) error {
 // control runs a load or unload of the model called name; the error is a
 // gRPC status: NOT_FOUND, UNAVAILABLE outside explicit mode, else
 // INVALID_ARGUMENT for a failed load (the HTTP route's 400).
-func (g *grpcService) control(ctx context.Context, verb, name string, do func(context.Context, string) error) error {
+func (g *grpcService[M]) control(ctx context.Context, verb, name string, do func(context.Context, string) error) error {
 	if name == "" {
 		return status.Errorf(codes.InvalidArgument, "failed to %s: no model_name", verb)
 	}
@@ -125,30 +125,31 @@ func (g *grpcService) control(ctx context.Context, verb, name string, do func(co
 // configuration: platform onnxruntime_onnx, max_batch_size, the inputs and
 // outputs (dims without the batch dim), the instance group and the
 // dynamic batching with its queue policy and priority levels.
-func (g *grpcService) ModelConfig(_ context.Context, req *pb.ModelConfigRequest) (*pb.ModelConfigResponse, error) {
+func (g *grpcService[M]) ModelConfig(_ context.Context, req *pb.ModelConfigRequest) (*pb.ModelConfigResponse, error) {
 	m, err := g.model(req.Name, req.Version)
 	if err != nil {
 		return nil, err
 	}
-	return &pb.ModelConfigResponse{Config: tritonConfig(m)}, nil
+	return &pb.ModelConfigResponse{Config: tritonConfig(m.ModelConfig(), m.ModelInfo())}, nil
 }
 
 // ModelStatistics are Triton's per-model statistics, read from the
-// metrics (see tritonStats). An empty name asks for every model.
-func (g *grpcService) ModelStatistics(_ context.Context, req *pb.ModelStatisticsRequest) (*pb.ModelStatisticsResponse, error) {
-	var ms []*Model
+// metrics (GRPCConfig.Gatherer; see tritonStats). An empty name asks for
+// every model.
+func (g *grpcService[M]) ModelStatistics(_ context.Context, req *pb.ModelStatisticsRequest) (*pb.ModelStatisticsResponse, error) {
+	var ms []M
 	if req.Name != "" {
 		m, err := g.model(req.Name, req.Version)
 		if err != nil {
 			return nil, err
 		}
-		ms = []*Model{m}
+		ms = []M{m}
 	} else {
-		ms = slices.Clone(g.s.models.Load().order)
+		ms = slices.Clone(g.s.Models())
 	}
 	resp := &pb.ModelStatisticsResponse{}
 	for _, m := range ms {
-		resp.ModelStats = append(resp.ModelStats, g.s.met.tritonStats(m.Config.Name, m.serving()))
+		resp.ModelStats = append(resp.ModelStats, tritonStats(g.gather, m.ModelConfig().Name, m.Serving()))
 	}
 	return resp, nil
 }

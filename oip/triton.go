@@ -1,34 +1,33 @@
-package consumer
+package oip
 
 import (
 	"math"
 	"path/filepath"
 
-	pb "github.com/inferq/inferq/consumer/inferencepb"
 	"github.com/inferq/inferq/models"
+	pb "github.com/inferq/inferq/oip/inferencepb"
 	"github.com/inferq/inferq/tensor"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
 
-// tritonConfig is m's configuration in Triton's terms (ModelConfig). The
-// batcher stacks requests on the first dim, so max_batch_size is
-// batching.max_batch_size and the dims leave that dim out, as Triton's
-// do for a batching model.
-func tritonConfig(m *Model) *pb.ModelConfig {
-	c := m.Config
+// tritonConfig is the configuration of the model configured c with tensors
+// info in Triton's terms (ModelConfig). The batcher stacks requests on the
+// first dim, so max_batch_size is batching.max_batch_size and the dims
+// leave that dim out, as Triton's do for a batching model.
+func tritonConfig(c *models.Model, info tensor.ModelInfo) *pb.ModelConfig {
 	cfg := &pb.ModelConfig{
 		Name: c.Name, Platform: "onnxruntime_onnx", Backend: "onnxruntime",
 		MaxBatchSize:         clampInt32(c.Batching.MaxBatchSize),
 		DefaultModelFilename: filepath.Base(c.Path),
-		InstanceGroup:        []*pb.ModelInstanceGroup{tritonInstances(c)},
+		InstanceGroup:        []*pb.ModelInstanceGroup{tritonInstances(*c)},
 		SchedulingChoice:     &pb.ModelConfig_DynamicBatching{DynamicBatching: tritonBatching(c.Batching)},
 	}
 	batched := c.Batching.MaxBatchSize > 0
-	for _, t := range m.Info.Inputs {
+	for _, t := range info.Inputs {
 		cfg.Input = append(cfg.Input, &pb.ModelInput{Name: t.Name, DataType: tritonDType(t), Dims: tritonDims(t.Dims, batched)})
 	}
-	for _, t := range m.Info.Outputs {
+	for _, t := range info.Outputs {
 		cfg.Output = append(cfg.Output, &pb.ModelOutput{Name: t.Name, DataType: tritonDType(t), Dims: tritonDims(t.Dims, batched)})
 	}
 	return cfg
@@ -99,26 +98,45 @@ func tritonDims(dims []int64, batched bool) []int64 {
 
 func clampInt32(n int) int32 { return int32(min(max(n, math.MinInt32), math.MaxInt32)) }
 
+// The metrics tritonStats reads, by name: every path reports to them (see
+// consumer.Metrics).
+const (
+	metricSuccess   = "inferq_inference_request_success_total"    // {model}
+	metricFailure   = "inferq_inference_request_failure_total"    // {model,reason}
+	metricBatchSize = "inferq_batch_size"                         // {model}
+	metricDuration  = "inferq_task_duration_seconds"              // {model,stage}
+	metricCompute   = "inferq_inference_compute_duration_seconds" // {model}
+	stageBatchWait  = "batch_wait"                                // metricDuration's stage: admission to run
+)
+
 // tritonStats are the model's statistics in Triton's terms, read from the
-// metrics every path reports to: success and fail counts
-// (inferq_inference_request_success_total and ..._failure_total, every
-// reason), queue (the batch_wait stage of inferq_task_duration_seconds:
-// admission to run, every path), compute_infer
-// (inferq_inference_compute_duration_seconds: the run of the batch each
-// request ran in), inference_count (the successes) and execution_count
-// (the runs, inferq_batch_size's count). Not measured, so 0: the durations
-// of success and fail (inferq does not time a request's whole stay by
-// outcome), compute_input and compute_output (part of compute_infer
-// here), last_inference.
-func (m *Metrics) tritonStats(model, version string) *pb.ModelStatistics {
+// metrics every path reports to, as g gathers them: success and fail
+// counts (inferq_inference_request_success_total and ..._failure_total,
+// every reason), queue (the batch_wait stage of
+// inferq_task_duration_seconds: admission to run, every path),
+// compute_infer (inferq_inference_compute_duration_seconds: the run of the
+// batch each request ran in), inference_count (the successes) and
+// execution_count (the runs, inferq_batch_size's count). Not measured, so
+// 0: the durations of success and fail (inferq does not time a request's
+// whole stay by outcome), compute_input and compute_output (part of
+// compute_infer here), last_inference. A nil g reads nothing.
+func tritonStats(g prometheus.Gatherer, model, version string) *pb.ModelStatistics {
 	var success, fail, runs uint64
 	queue, compute := &pb.StatisticDuration{}, &pb.StatisticDuration{}
+	var fams map[string]*dto.MetricFamily
+	if g != nil {
+		mfs, _ := g.Gather() // what it could gather, when some collector failed
+		fams = make(map[string]*dto.MetricFamily, len(mfs))
+		for _, f := range mfs {
+			fams[f.GetName()] = f
+		}
+	}
 	byModel := map[string]string{"model": model}
-	collectFor(m.InferSuccess, byModel, func(d *dto.Metric) { success += uint64(d.GetCounter().GetValue()) })
-	collectFor(m.InferFailure, byModel, func(d *dto.Metric) { fail += uint64(d.GetCounter().GetValue()) })
-	collectFor(m.BatchSize, byModel, func(d *dto.Metric) { runs += d.GetHistogram().GetSampleCount() })
-	collectFor(m.Duration, map[string]string{"model": model, "stage": StageBatchWait}, addDuration(queue))
-	collectFor(m.Compute, byModel, addDuration(compute))
+	collectFor(fams[metricSuccess], byModel, func(d *dto.Metric) { success += uint64(d.GetCounter().GetValue()) })
+	collectFor(fams[metricFailure], byModel, func(d *dto.Metric) { fail += uint64(d.GetCounter().GetValue()) })
+	collectFor(fams[metricBatchSize], byModel, func(d *dto.Metric) { runs += d.GetHistogram().GetSampleCount() })
+	collectFor(fams[metricDuration], map[string]string{"model": model, "stage": stageBatchWait}, addDuration(queue))
+	collectFor(fams[metricCompute], byModel, addDuration(compute))
 	return &pb.ModelStatistics{
 		Name: model, Version: version, InferenceCount: success, ExecutionCount: runs,
 		InferenceStats: &pb.InferStatistics{
@@ -137,20 +155,13 @@ func addDuration(d *pb.StatisticDuration) func(*dto.Metric) {
 	}
 }
 
-// collectFor calls fn with each of c's series whose labels include
-// labels. It reads the series that exist and creates none.
-func collectFor(c prometheus.Collector, labels map[string]string, fn func(*dto.Metric)) {
-	ch := make(chan prometheus.Metric)
-	go func() {
-		c.Collect(ch)
-		close(ch)
-	}()
-	for x := range ch {
-		var d dto.Metric
-		if err := x.Write(&d); err != nil || !hasLabels(&d, labels) {
-			continue
+// collectFor calls fn with each of f's series whose labels include
+// labels (a nil f has none).
+func collectFor(f *dto.MetricFamily, labels map[string]string, fn func(*dto.Metric)) {
+	for _, d := range f.GetMetric() {
+		if hasLabels(d, labels) {
+			fn(d)
 		}
-		fn(&d)
 	}
 }
 

@@ -10,7 +10,7 @@
 // end of the service, five of Triton's RPCs (Triton's names and messages),
 // each marked "inferq".
 //
-// Regenerate the Go code with `go generate ./consumer/inferencepb`.
+// Regenerate the Go code with `go generate ./oip/inferencepb`.
 
 // Copyright 2020 kubeflow.org.
 //

@@ -1,4 +1,4 @@
-package consumer_test
+package oip_test
 
 import (
 	"context"
@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/inferq/inferq/consumer"
-	pb "github.com/inferq/inferq/consumer/inferencepb"
 	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/models/examples"
+	"github.com/inferq/inferq/oip"
+	pb "github.com/inferq/inferq/oip/inferencepb"
 	"github.com/inferq/inferq/tensor"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -137,11 +137,11 @@ type fakeRepo struct {
 	errs  map[string]error
 }
 
-func (f *fakeRepo) Index(ready bool) []consumer.RepositoryEntry {
+func (f *fakeRepo) Index(ready bool) []oip.RepositoryEntry {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, fmt.Sprintf("index %v", ready))
-	return []consumer.RepositoryEntry{{Name: "a", Version: "2", State: "READY"}, {Name: "b", State: "UNAVAILABLE", Reason: "unloaded"}}
+	return []oip.RepositoryEntry{{Name: "a", Version: "2", State: "READY"}, {Name: "b", State: "UNAVAILABLE", Reason: "unloaded"}}
 }
 
 func (f *fakeRepo) Load(_ context.Context, name string) error   { return f.do("load", name) }
@@ -158,12 +158,12 @@ func (f *fakeRepo) do(verb, name string) error {
 // Triton's codes, behind the bearer token.
 func TestGRPCRepositoryRPCs(t *testing.T) {
 	repo := &fakeRepo{errs: map[string]error{
-		"missing":  fmt.Errorf("%w: no model %q", consumer.ErrRepositoryNotFound, "missing"),
-		"polled":   fmt.Errorf("%w: poll mode", consumer.ErrRepositoryNotExplicit),
+		"missing":  fmt.Errorf("%w: no model %q", oip.ErrRepositoryNotFound, "missing"),
+		"polled":   fmt.Errorf("%w: poll mode", oip.ErrRepositoryNotExplicit),
 		"broken":   errors.New("model.onnx: not an onnx model"),
 		"unloaded": nil,
 	}}
-	s := newORTServer(t, ortOpts{grpc: func(c *consumer.GRPCConfig) { c.Repository = repo; c.AuthToken = "s3cret" }})
+	s := newORTServer(t, ortOpts{grpc: func(c *oip.GRPCConfig) { c.Repository = repo; c.AuthToken = "s3cret" }})
 	c := s.client(t)
 	if _, err := c.RepositoryIndex(callCtx(t), &pb.RepositoryIndexRequest{}); status.Code(err) != codes.Unauthenticated {
 		t.Errorf("index without the token: %v", err)

@@ -1,4 +1,4 @@
-package consumer_test
+package oip_test
 
 import (
 	"bufio"
@@ -21,47 +21,31 @@ import (
 
 	"github.com/inferq/inferq/batch"
 	"github.com/inferq/inferq/consumer"
+	"github.com/inferq/inferq/consumer/consumertest"
 	"github.com/inferq/inferq/models"
-	"github.com/inferq/inferq/mq"
+	"github.com/inferq/inferq/oip"
 	"github.com/inferq/inferq/task"
 	"github.com/inferq/inferq/tensor"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
-// oipServer serves the harness's consumer over HTTP; ready is what the
-// Ready hook answers.
-func oipServer(t *testing.T) (*harness, string, *atomic.Bool) {
+// oipServer serves a consumer (one that never runs: the /v2 routes need
+// only its models and batchers) over HTTP, with a real batcher of the fake
+// model; ready is what the Ready hook answers.
+func oipServer(t *testing.T) (*consumer.Metrics, string, *atomic.Bool) {
 	t.Helper()
-	r := &gatedRunner{f: newFakeBatcher()}
-	h := newHarness(t, withBatcher(newBatcher(t, r, 8)))
+	r := &consumertest.GatedRunner{F: consumertest.NewFakeBatcher()}
+	b := bareServer(t, bareOpts{batcher: consumertest.NewBatcher(t, r, 8)})
 	var ready atomic.Bool
 	ready.Store(true)
-	srv := httptest.NewServer(consumer.Handler(consumer.HTTPConfig{Server: h.cons, Gatherer: h.reg, Ready: ready.Load}))
+	srv := httptest.NewServer(oip.Handler(b.srv, oip.HTTPConfig{Gatherer: b.reg, Metrics: b.met, Ready: ready.Load}))
 	t.Cleanup(srv.Close)
-	return h, srv.URL, &ready
+	return b.met, srv.URL, &ready
 }
 
-func do(t *testing.T, method, url string, body []byte, header map[string]string) (*http.Response, []byte) {
-	t.Helper()
-	req, err := http.NewRequest(method, url, bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k, v := range header {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp, b
-}
+// do is consumertest.Do.
+var do = consumertest.Do
 
 func TestOIPMetadataAndHealth(t *testing.T) {
 	_, url, ready := oipServer(t)
@@ -144,7 +128,7 @@ var oipCases = []struct {
 }
 
 func TestOIPInfer(t *testing.T) {
-	h, url, _ := oipServer(t)
+	met, url, _ := oipServer(t)
 	for _, tc := range oipCases {
 		t.Run(tc.name, func(t *testing.T) {
 			resp, body := do(t, "POST", url+"/v2/models/m/infer", []byte(tc.body), map[string]string{"Content-Type": "application/json"})
@@ -176,10 +160,10 @@ func TestOIPInfer(t *testing.T) {
 			t.Fatalf("%s %s", resp.Status, body)
 		}
 	})
-	if n := testutil.ToFloat64(h.met.HTTPInfer.WithLabelValues(testModel, consumer.OutcomeSuccess)); n != 4 {
+	if n := testutil.ToFloat64(met.HTTPInfer.WithLabelValues(consumertest.ModelName, consumer.OutcomeSuccess)); n != 4 {
 		t.Errorf("inferq_http_infer_total{success} = %v, want 4", n)
 	}
-	if n := testutil.ToFloat64(h.met.HTTPInfer.WithLabelValues(testModel, consumer.OutcomeFailure)); n != 1 {
+	if n := testutil.ToFloat64(met.HTTPInfer.WithLabelValues(consumertest.ModelName, consumer.OutcomeFailure)); n != 1 {
 		t.Errorf("inferq_http_infer_total{failure} = %v, want 1", n)
 	}
 }
@@ -192,7 +176,7 @@ func checkOIPOutput(t *testing.T, js, bin []byte, want []float32) {
 	if err != nil {
 		t.Fatalf("response %s: %v", js, err)
 	}
-	if ir.ModelName != testModel || ir.ModelVersion != "1" || len(ir.Outputs) != 1 || ir.Outputs[0].Name != "y" {
+	if ir.ModelName != consumertest.ModelName || ir.ModelVersion != "1" || len(ir.Outputs) != 1 || ir.Outputs[0].Name != "y" {
 		t.Fatalf("response %s", js)
 	}
 	y, err := tensor.Values[float32](ir.Outputs[0].Tensor)
@@ -224,14 +208,14 @@ func TestOIPBinary(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			body := append([]byte(tc.header), raw...)
 			resp, out := do(t, "POST", url+"/v2/models/m/infer", body, map[string]string{
-				"Content-Type": "application/octet-stream", consumer.HeaderInferenceLength: strconv.Itoa(len(tc.header)),
+				"Content-Type": "application/octet-stream", oip.HeaderInferenceLength: strconv.Itoa(len(tc.header)),
 			})
 			if resp.StatusCode != 200 {
 				t.Fatalf("%s %s", resp.Status, out)
 			}
-			n, err := strconv.Atoi(resp.Header.Get(consumer.HeaderInferenceLength))
+			n, err := strconv.Atoi(resp.Header.Get(oip.HeaderInferenceLength))
 			if err != nil || n <= 0 || n >= len(out) || len(out)-n != 32 {
-				t.Fatalf("%s %q: %d bytes: want the JSON and 32 bytes of binary output", consumer.HeaderInferenceLength, resp.Header.Get(consumer.HeaderInferenceLength), len(out))
+				t.Fatalf("%s %q: %d bytes: want the JSON and 32 bytes of binary output", oip.HeaderInferenceLength, resp.Header.Get(oip.HeaderInferenceLength), len(out))
 			}
 			if !strings.Contains(string(out[:n]), `"binary_data_size":32`) {
 				t.Errorf("response header %s", out[:n])
@@ -240,15 +224,15 @@ func TestOIPBinary(t *testing.T) {
 		})
 	}
 	t.Run("header length over the body", func(t *testing.T) {
-		resp, out := do(t, "POST", url+"/v2/models/m/infer", []byte(`{"inputs":[]}`), map[string]string{consumer.HeaderInferenceLength: "99"})
-		if resp.StatusCode != 400 || !strings.Contains(string(out), consumer.HeaderInferenceLength) {
+		resp, out := do(t, "POST", url+"/v2/models/m/infer", []byte(`{"inputs":[]}`), map[string]string{oip.HeaderInferenceLength: "99"})
+		if resp.StatusCode != 400 || !strings.Contains(string(out), oip.HeaderInferenceLength) {
 			t.Fatalf("%s %s", resp.Status, out)
 		}
 	})
 	t.Run("binary size mismatch", func(t *testing.T) {
 		header := `{"inputs":[{"name":"x","shape":[2,4],"datatype":"FP32","parameters":{"binary_data_size":32}}]}`
 		body := append([]byte(header), raw[:16]...)
-		resp, out := do(t, "POST", url+"/v2/models/m/infer", body, map[string]string{consumer.HeaderInferenceLength: strconv.Itoa(len(header))})
+		resp, out := do(t, "POST", url+"/v2/models/m/infer", body, map[string]string{oip.HeaderInferenceLength: strconv.Itoa(len(header))})
 		if resp.StatusCode != 400 || !strings.Contains(string(out), "binary_data_size") {
 			t.Fatalf("%s %s", resp.Status, out)
 		}
@@ -271,7 +255,7 @@ func FuzzOIPInfer(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte, headerLen int) {
 		req := httptest.NewRequest("POST", "/v2/models/m/infer", bytes.NewReader(body))
 		if headerLen >= 0 {
-			req.Header.Set(consumer.HeaderInferenceLength, strconv.Itoa(headerLen))
+			req.Header.Set(oip.HeaderInferenceLength, strconv.Itoa(headerLen))
 		}
 		rec := httptest.NewRecorder()
 		handler.ServeHTTP(rec, req)
@@ -279,10 +263,10 @@ func FuzzOIPInfer(f *testing.F) {
 		switch rec.Code {
 		case http.StatusOK:
 			n := len(out)
-			if hl := rec.Header().Get(consumer.HeaderInferenceLength); hl != "" {
+			if hl := rec.Header().Get(oip.HeaderInferenceLength); hl != "" {
 				var err error
 				if n, err = strconv.Atoi(hl); err != nil || n < 0 || n > len(out) {
-					t.Fatalf("response %s %q for %d bytes", consumer.HeaderInferenceLength, hl, len(out))
+					t.Fatalf("response %s %q for %d bytes", oip.HeaderInferenceLength, hl, len(out))
 				}
 			}
 			ir, err := task.DecodeInferResponse(out[:n], out[n:])
@@ -308,27 +292,30 @@ func bareHandler(tb testing.TB) http.Handler { return bareHandlerWith(tb, bareOp
 type bareOpts struct {
 	model   func(*models.Model)
 	batcher consumer.Batcher
-	http    func(*consumer.HTTPConfig)
+	http    func(*oip.HTTPConfig)
 }
 
 func bareHandlerWith(tb testing.TB, o bareOpts) http.Handler {
 	tb.Helper()
-	srv, reg := bareServer(tb, o)
-	hc := consumer.HTTPConfig{Server: srv, Gatherer: reg}
+	b := bareServer(tb, o)
+	hc := oip.HTTPConfig{Gatherer: b.reg, Metrics: b.met}
 	if o.http != nil {
 		o.http(&hc)
 	}
-	return consumer.Handler(hc)
+	return oip.Handler(b.srv, hc)
 }
 
-// bareServer is bareHandlerWith's consumer and its metrics registry.
-func bareServer(tb testing.TB, o bareOpts) (*consumer.Server, *prometheus.Registry) {
+// bare is a consumer that never runs (consumertest.Offline) serving the
+// fake model, and its metrics.
+type bare struct {
+	srv *consumer.Server
+	reg *prometheus.Registry
+	met *consumer.Metrics
+}
+
+// bareServer is bareHandlerWith's consumer and its metrics.
+func bareServer(tb testing.TB, o bareOpts) bare {
 	tb.Helper()
-	conn, err := mq.Dial(context.Background(), mq.Config{Address: "127.0.0.1:1", ClientID: "oip-fuzz"})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { conn.Close() })
 	reg := prometheus.NewRegistry()
 	met, err := consumer.NewMetrics(reg)
 	if err != nil {
@@ -336,18 +323,15 @@ func bareServer(tb testing.TB, o bareOpts) (*consumer.Server, *prometheus.Regist
 	}
 	b := o.batcher
 	if b == nil {
-		b = newBatcher(tb, &gatedRunner{f: newFakeBatcher()}, 8)
+		b = consumertest.NewBatcher(tb, &consumertest.GatedRunner{F: consumertest.NewFakeBatcher()}, 8)
 	}
-	m := defaultModel()
+	m := consumertest.Model()
 	if o.model != nil {
 		o.model(&m)
 	}
-	srv, err := consumer.New(consumer.Config{Broker: conn, Store: nopStore{}, Metrics: met,
-		Models: []consumer.Model{{Config: m, Info: fakeInfo, Batcher: b}}})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return srv, reg
+	srv := consumertest.Offline(tb, consumer.Config{Metrics: met,
+		Models: []consumer.Model{{Config: m, Info: consumertest.FakeInfo, Batcher: b}}})
+	return bare{srv: srv, reg: reg, met: met}
 }
 
 // trickle is a request body that has sent a few bytes of a body that
@@ -431,7 +415,7 @@ func TestOIPBodyOverLimit(t *testing.T) {
 // blockingBatcher holds every item until release is closed; entered
 // receives once per item taken.
 type blockingBatcher struct {
-	f       *fakeBatcher
+	f       *consumertest.FakeBatcher
 	entered chan struct{}
 	release chan struct{}
 }
@@ -446,7 +430,7 @@ func (b *blockingBatcher) Enqueue(ctx context.Context, r *batch.Request) error {
 			return
 		}
 		r.Start(1)
-		r.Finish(b.f.run(r.Item))
+		r.Finish(b.f.Run(r.Item))
 	}()
 	return nil
 }
@@ -454,8 +438,8 @@ func (b *blockingBatcher) Enqueue(ctx context.Context, r *batch.Request) error {
 // Infer requests beyond http.max_concurrent_requests are answered 503 with
 // Retry-After at once, not queued; the slots come back when requests end.
 func TestOIPConcurrencyCap(t *testing.T) {
-	b := &blockingBatcher{f: newFakeBatcher(), entered: make(chan struct{}, 8), release: make(chan struct{})}
-	handler := bareHandlerWith(t, bareOpts{batcher: b, http: func(c *consumer.HTTPConfig) { c.MaxConcurrentInfer = 2 }})
+	b := &blockingBatcher{f: consumertest.NewFakeBatcher(), entered: make(chan struct{}, 8), release: make(chan struct{})}
+	handler := bareHandlerWith(t, bareOpts{batcher: b, http: func(c *oip.HTTPConfig) { c.MaxConcurrentInfer = 2 }})
 	infer := func() *httptest.ResponseRecorder {
 		rec := httptest.NewRecorder()
 		handler.ServeHTTP(rec, httptest.NewRequest("POST", "/v2/models/m/infer", strings.NewReader(oipCases[0].body)))

@@ -1,4 +1,4 @@
-package consumer
+package oip
 
 import (
 	"bytes"
@@ -11,9 +11,12 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/inferq/inferq/admit"
 	"github.com/inferq/inferq/batch"
 	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/task"
+	"github.com/inferq/inferq/tensor"
+	"go.opentelemetry.io/otel/propagation"
 )
 
 // The Open Inference Protocol (KServe v2, Triton's HTTP API) over HTTP:
@@ -50,22 +53,26 @@ const HeaderInferenceLength = "Inference-Header-Content-Length"
 // arrives beyond it.
 const initialBodyBuf = 64 << 10
 
-// oip serves the /v2 routes.
-type oip struct {
-	s     *Server
+// v2 serves the /v2 routes.
+type v2[M Model] struct {
+	s     Server[M]
+	obs   Observer
 	ready func() bool
 	// slots holds a token per infer request in progress.
 	slots chan struct{}
 }
 
-func mountOIP(mux *http.ServeMux, c HTTPConfig) {
+func mountOIP[M Model](mux *http.ServeMux, s Server[M], c HTTPConfig) {
 	n := c.MaxConcurrentInfer
 	if n <= 0 {
 		n = models.DefaultHTTPMaxConcurrentRequests
 	}
-	o := &oip{s: c.Server, ready: c.Ready, slots: make(chan struct{}, n)}
+	o := &v2[M]{s: s, obs: c.Metrics, ready: c.Ready, slots: make(chan struct{}, n)}
 	if o.ready == nil {
 		o.ready = func() bool { return true }
+	}
+	if o.obs == nil {
+		o.obs = noObserver{}
 	}
 	mux.HandleFunc("GET /v2", o.metadata)
 	mux.HandleFunc("GET /v2/health/live", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
@@ -77,7 +84,7 @@ func mountOIP(mux *http.ServeMux, c HTTPConfig) {
 	}
 }
 
-func (o *oip) metadata(w http.ResponseWriter, r *http.Request) {
+func (o *v2[M]) metadata(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"name": "inferq", "version": serverVersion(), "extensions": []string{"binary_tensor_data"}})
 }
 
@@ -89,7 +96,7 @@ func serverVersion() string {
 	return "dev"
 }
 
-func (o *oip) health(w http.ResponseWriter, r *http.Request) {
+func (o *v2[M]) health(w http.ResponseWriter, r *http.Request) {
 	if !o.ready() {
 		// Triton answers 400 while not ready.
 		w.WriteHeader(http.StatusBadRequest)
@@ -99,34 +106,34 @@ func (o *oip) health(w http.ResponseWriter, r *http.Request) {
 }
 
 // model returns the model the path names, or writes the 404.
-func (o *oip) model(w http.ResponseWriter, r *http.Request) *Model {
+func (o *v2[M]) model(w http.ResponseWriter, r *http.Request) (M, bool) {
 	name := r.PathValue("model")
-	mt := o.s.models.Load()
-	m := mt.byName[name]
-	if m == nil {
-		oipError(w, http.StatusNotFound, mt.unknown(name))
-		return nil
+	m, err := o.s.Model(name)
+	if err != nil {
+		oipError(w, http.StatusNotFound, err)
+		return m, false
 	}
-	if v := r.PathValue("version"); v != "" && v != m.serving() {
-		oipError(w, http.StatusNotFound, fmt.Errorf("model %q has no version %q (it serves version %q)", name, v, m.serving()))
-		return nil
+	if v := r.PathValue("version"); v != "" && v != m.Serving() {
+		oipError(w, http.StatusNotFound, fmt.Errorf("model %q has no version %q (it serves version %q)", name, v, m.Serving()))
+		return m, false
 	}
-	return m
+	return m, true
 }
 
-func (o *oip) modelMetadata(w http.ResponseWriter, r *http.Request) {
-	m := o.model(w, r)
-	if m == nil {
+func (o *v2[M]) modelMetadata(w http.ResponseWriter, r *http.Request) {
+	m, ok := o.model(w, r)
+	if !ok {
 		return
 	}
+	info := m.ModelInfo()
 	writeJSON(w, http.StatusOK, map[string]any{
-		"name": m.Config.Name, "versions": []string{m.serving()}, "platform": "onnxruntime_onnx",
-		"inputs": tensorMetas(m.Info.Inputs), "outputs": tensorMetas(m.Info.Outputs),
+		"name": m.ModelConfig().Name, "versions": []string{m.Serving()}, "platform": "onnxruntime_onnx",
+		"inputs": tensorMetas(info.Inputs), "outputs": tensorMetas(info.Outputs),
 	})
 }
 
-func (o *oip) modelReady(w http.ResponseWriter, r *http.Request) {
-	if o.model(w, r) == nil {
+func (o *v2[M]) modelReady(w http.ResponseWriter, r *http.Request) {
+	if _, ok := o.model(w, r); !ok {
 		return
 	}
 	o.health(w, r)
@@ -136,11 +143,11 @@ func oipError(w http.ResponseWriter, code int, err error) {
 	writeJSON(w, code, map[string]string{"error": err.Error()})
 }
 
-func (o *oip) infer(w http.ResponseWriter, r *http.Request) {
+func (o *v2[M]) infer(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	m := o.model(w, r)
-	if m == nil {
-		o.s.met.HTTPInfer.WithLabelValues("", OutcomeUnknownModel).Inc()
+	m, ok := o.model(w, r)
+	if !ok {
+		o.obs.ObserveInfer("http", "", outcomeUnknownModel, time.Since(start))
 		return
 	}
 	// A slot before the body is read: the cap bounds the bodies in memory
@@ -156,21 +163,20 @@ func (o *oip) infer(w http.ResponseWriter, r *http.Request) {
 		oipError(w, http.StatusServiceUnavailable, fmt.Errorf("%d infer requests are in progress, the limit (http.max_concurrent_requests); retry later", cap(o.slots)))
 		return
 	}
-	name := m.Config.Name
+	cfg := m.ModelConfig()
+	name := cfg.Name
 	var res oipResult
-	if body, err := o.read(w, r, m); err != nil {
-		res = oipResult{code: http.StatusBadRequest, err: err, outcome: OutcomeBadInput}
+	if body, err := o.read(w, r, cfg); err != nil {
+		res = oipResult{code: http.StatusBadRequest, err: err, outcome: outcomeBadInput}
 		if errors.Is(err, task.ErrTooLarge) {
 			res.code = http.StatusRequestEntityTooLarge
 			w.Header().Set("Connection", "close") // the body is not read
 		}
 	} else {
-		res = o.s.oipInfer(r.Context(), m, body, r.Header, start)
+		res = o.run(r.Context(), name, body, r.Header, start)
 	}
-	o.s.met.HTTPInfer.WithLabelValues(name, res.outcome).Inc()
-	o.s.met.inference(name, res.outcome)
-	o.s.met.SyncDuration.WithLabelValues(name, "http").Observe(time.Since(start).Seconds())
-	if Unavailable(res.err) {
+	o.obs.ObserveInfer("http", name, res.outcome, time.Since(start))
+	if unavailable(res.outcome) {
 		w.Header().Set("Retry-After", "1")
 	}
 	if res.code != http.StatusOK {
@@ -188,14 +194,15 @@ func (o *oip) infer(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(res.body)
 }
 
-// read reads the request body within the model's body limit (the rule of
-// every path: checkBody). Memory follows the bytes that arrived, never the
-// declared Content-Length: a client that declares 60 MB and sends a byte a
-// second holds 64 KiB, until the server's read timeout ends it.
-func (o *oip) read(w http.ResponseWriter, r *http.Request, m *Model) ([]byte, error) {
-	limit := bodyLimit(m)
+// read reads the request body within the body limit of the model
+// configured c (the rule of every path: admit.CheckBody). Memory follows
+// the bytes that arrived, never the declared Content-Length: a client that
+// declares 60 MB and sends a byte a second holds 64 KiB, until the
+// server's read timeout ends it.
+func (o *v2[M]) read(w http.ResponseWriter, r *http.Request, c *models.Model) ([]byte, error) {
+	limit := admit.BodyLimit(c)
 	if r.ContentLength > limit {
-		return nil, checkBody(m, r.ContentLength)
+		return nil, admit.CheckBody(c, r.ContentLength)
 	}
 	var buf bytes.Buffer
 	if r.ContentLength > 0 {
@@ -203,7 +210,7 @@ func (o *oip) read(w http.ResponseWriter, r *http.Request, m *Model) ([]byte, er
 	}
 	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit)); err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			return nil, checkBody(m, -1)
+			return nil, admit.CheckBody(c, -1)
 		}
 		return nil, fmt.Errorf("reading the request body: %w", err)
 	}
@@ -221,56 +228,49 @@ type oipResult struct {
 	outcome string
 }
 
-// oipInfer admits and runs an infer request body for m, received at
-// start with header h. Safe for concurrent use.
-func (s *Server) oipInfer(ctx context.Context, m *Model, body []byte, h http.Header, start time.Time) oipResult {
-	a := admit(admission{from: fromHTTP, body: body, tags: s.trace.traceHeaders(h), headerLen: h.Get(HeaderInferenceLength),
-		model: m.Config.Name, received: start, traced: s.trace.tr != nil}, s.models.Load())
-	root := s.trace.httpRoot(m.Config.Name, &a, start)
-	res := s.oipRun(ctx, &a, root)
-	var err error
-	if res.code != http.StatusOK {
-		err = res.err
+// run admits and runs an infer request body for the model called name,
+// received at start with header h: the answer is the JSON response, then
+// binary outputs.
+func (o *v2[M]) run(ctx context.Context, name string, body []byte, h http.Header, start time.Time) oipResult {
+	var res oipResult
+	in := admit.Input{From: admit.FromHTTP, Body: body, Trace: propagation.HeaderCarrier(h), HeaderLen: h.Get(HeaderInferenceLength),
+		Model: name, Received: start}
+	v, outcome, err := o.s.Infer(ctx, in, func(version string, outputs []tensor.Tensor, t *task.Task) error {
+		resp := task.NewInferResponse(name, version, outputs, t)
+		b := make([]byte, 0, 256)
+		if t.ID != "" {
+			q, _ := json.Marshal(t.ID)
+			b = append(append(append(b, `{"id":`...), q...), ',')
+		}
+		js, bin, err := resp.Encode()
+		if err != nil {
+			return fmt.Errorf("model %q: encoding the result: %w", name, err)
+		}
+		if t.ID != "" {
+			js = js[1:] // the response's own '{' is already there
+		}
+		b = append(b, js...)
+		n := len(b)
+		res.body, res.jsonLen = append(b, bin...), n
+		return nil
+	})
+	if err != nil {
+		return oipResult{code: inferStatus(v, outcome, err), err: err, outcome: outcome}
 	}
-	endRoot(root, res.outcome, err)
+	res.code, res.outcome = http.StatusOK, outcome
 	return res
 }
 
-func (s *Server) oipRun(ctx context.Context, a *admitted, root context.Context) oipResult {
-	outputs, outcome, err := s.runSync(ctx, a, root)
-	if err != nil {
-		return oipResult{code: inferStatus(a, outcome, err), err: err, outcome: outcome}
-	}
-	m := a.model
-	resp := task.NewInferResponse(m.Config.Name, m.version(a.ranVersion), outputs, a.task)
-	b := make([]byte, 0, 256)
-	if a.task.ID != "" {
-		q, _ := json.Marshal(a.task.ID)
-		b = append(append(append(b, `{"id":`...), q...), ',')
-	}
-	js, bin, err := resp.Encode()
-	if err != nil {
-		return oipResult{code: http.StatusInternalServerError, err: fmt.Errorf("model %q: encoding the result: %w", m.Config.Name, err), outcome: OutcomeFailure}
-	}
-	if a.task.ID != "" {
-		js = js[1:] // the response's own '{' is already there
-	}
-	b = append(b, js...)
-	n := len(b)
-	b = append(b, bin...)
-	return oipResult{code: http.StatusOK, body: b, jsonLen: n, outcome: OutcomeSuccess}
-}
-
-// inferStatus is the HTTP status of a sync infer request that failed with
-// err (outcome its label), in Triton's terms; the gRPC endpoint maps it to
-// a gRPC code (grpcCode).
-func inferStatus(a *admitted, outcome string, err error) int {
+// inferStatus is the HTTP status of an infer request that failed with err
+// (v its verdict, outcome its label), in Triton's terms; the gRPC endpoint
+// maps it to a gRPC code (grpcCode).
+func inferStatus(v admit.Verdict, outcome string, err error) int {
 	switch {
-	case a.verdict == admitUnknownModel:
+	case v == admit.UnknownModel:
 		return http.StatusNotFound
-	case a.verdict != admitRun, outcome == OutcomeBadInput, outcome == OutcomeExpired:
+	case v != admit.Run, outcome == outcomeBadInput, outcome == outcomeExpired:
 		return http.StatusBadRequest
-	case errors.Is(err, batch.ErrClosed), Unavailable(err):
+	case errors.Is(err, batch.ErrClosed), unavailable(outcome):
 		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError

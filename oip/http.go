@@ -1,4 +1,4 @@
-package consumer
+package oip
 
 import (
 	"crypto/sha256"
@@ -17,8 +17,11 @@ import (
 
 // HTTPConfig configures the operations endpoints.
 type HTTPConfig struct {
-	Server   *Server
+	// Gatherer is served on /metrics.
 	Gatherer prometheus.Gatherer
+	// Metrics counts the infer requests (inferq_http_infer_total and the
+	// rest, see Observer); nil: not counted.
+	Metrics Observer
 	// Ready reports readiness beyond the broker (models warm); nil: true.
 	Ready func() bool
 	// Devices describes where each model's instances run, for /v1/models.
@@ -41,9 +44,9 @@ var healthPaths = map[string]bool{"/healthz": true, "/readyz": true, "/v2/health
 
 // Handler serves /healthz, /readyz, /metrics, /v1/models,
 // /v1/tasks/{id} and the Open Inference Protocol's /v2 routes (see oip.go)
-// on its own mux; with c.AuthToken, all but the health checks ask for it.
-// It is safe for concurrent use.
-func Handler(c HTTPConfig) http.Handler {
+// over s's models on its own mux; with c.AuthToken, all but the health
+// checks ask for it. It is safe for concurrent use.
+func Handler[M Model](s Server[M], c HTTPConfig) http.Handler {
 	mux := http.NewServeMux()
 	var h http.Handler = mux
 	if c.AuthToken != "" {
@@ -54,7 +57,7 @@ func Handler(c HTTPConfig) http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		warm := c.Ready == nil || c.Ready()
-		broker, full, journal := c.Server.BrokerAnswers(), c.Server.StoreFull(), !c.Server.JournalFailing()
+		broker, full, journal := s.BrokerAnswers(), s.StoreFull(), !s.JournalFailing()
 		code := http.StatusOK
 		if !warm || !broker || full || !journal {
 			code = http.StatusServiceUnavailable
@@ -72,15 +75,16 @@ func Handler(c HTTPConfig) http.Handler {
 			Outputs []tensorMeta `json:"outputs"`
 		}
 		var list []model
-		for _, m := range c.Server.modelList() {
-			list = append(list, model{Name: m.Config.Name, Version: m.serving(), Queue: m.Config.Queue,
-				Devices: c.Devices[m.Config.Name], Inputs: tensorMetas(m.Info.Inputs), Outputs: tensorMetas(m.Info.Outputs)})
+		for _, m := range s.Models() {
+			cfg, info := m.ModelConfig(), m.ModelInfo()
+			list = append(list, model{Name: cfg.Name, Version: m.Serving(), Queue: cfg.Queue,
+				Devices: c.Devices[cfg.Name], Inputs: tensorMetas(info.Inputs), Outputs: tensorMetas(info.Outputs)})
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"models": list})
 	})
 	mux.HandleFunc("GET /v1/tasks/{id}", func(w http.ResponseWriter, r *http.Request) {
 		id := r.PathValue("id")
-		body, ok := c.Server.cfg.Store.Get(id)
+		body, ok := s.Record(id)
 		if !ok {
 			writeJSON(w, http.StatusNotFound, map[string]string{"error": "task " + id + " is not known to this worker (records are kept in its spool and recent cache)"})
 			return
@@ -94,7 +98,7 @@ func Handler(c HTTPConfig) http.Handler {
 		}
 		w.Write(body)
 	})
-	mountOIP(mux, c)
+	mountOIP(mux, s, c)
 	for pattern, rh := range c.Routes {
 		mux.Handle(pattern, rh)
 	}

@@ -1,0 +1,64 @@
+package admit
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/inferq/inferq/models"
+	"github.com/inferq/inferq/task"
+)
+
+// Limits are the limits of the model configured c for reading a request
+// (limits.max_body_bytes, limits.max_tensor_elements; zero: the defaults).
+func Limits(c *models.Model) task.Limits {
+	return task.Limits{MaxBodyBytes: int64(c.Limits.MaxBodyBytes), MaxTensorElements: c.Limits.MaxTensorElements}
+}
+
+// BodyLimit is the most bytes a request body for the model configured c
+// may hold.
+func BodyLimit(c *models.Model) int64 {
+	if n := int64(c.Limits.MaxBodyBytes); n > 0 {
+		return n
+	}
+	return task.DefaultMaxBodyBytes
+}
+
+// CheckBody is the one body-size rule of every path: n bytes (-1 when the
+// size is not known, only that it is over) against the limit of the model
+// configured c. Its error wraps task.ErrTooLarge and names the field.
+func CheckBody(c *models.Model, n int64) error {
+	limit := BodyLimit(c)
+	switch {
+	case n < 0:
+		return fmt.Errorf("model %q: %w: body over the limit of %d bytes (limits.max_body_bytes)", c.Name, task.ErrTooLarge, limit)
+	case n > limit:
+		return fmt.Errorf("model %q: %w: body of %d bytes is over the limit of %d bytes (limits.max_body_bytes)", c.Name, task.ErrTooLarge, n, limit)
+	}
+	return nil
+}
+
+// limitHint names the config fields behind a size error.
+func limitHint(c *models.Model, err error) error {
+	if !errors.Is(err, task.ErrTooLarge) {
+		return err
+	}
+	return fmt.Errorf("%w (model %q: limits.max_body_bytes %d, limits.max_tensor_elements %d)",
+		err, c.Name, c.Limits.MaxBodyBytes, c.Limits.MaxTensorElements)
+}
+
+// deadline is when t expires: its own timeout_ms, else the model's
+// timeout, from created_at (or receipt); zero when neither is set.
+func deadline(t *task.Task, c *models.Model, received time.Time) time.Time {
+	if d, ok := t.Deadline(received); ok {
+		return d
+	}
+	if c.Timeout <= 0 {
+		return time.Time{}
+	}
+	base := t.CreatedAt
+	if base.IsZero() {
+		base = received
+	}
+	return base.Add(c.Timeout.D())
+}

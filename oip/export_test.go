@@ -1,0 +1,7 @@
+package oip
+
+// The gRPC endpoint's tensor conversions, for clients in tests.
+var (
+	TypedContents = typedContents
+	TypedData     = typedData
+)
