@@ -17,7 +17,10 @@
 //   - Report (report.go) is what a process publishes on <queue>.crashes
 //     (Channel), an Events Store channel every replica of the queue
 //     reads: its journal's counts, cumulative, keyed by the journal's id.
-//     DecodeReport refuses anything Encode would not write.
+//     DecodeReport refuses anything Encode would not write. With a fleet
+//     key (FleetConfig.Key) each report is signed (sign.go: HMAC-SHA256
+//     over its channel, fields and signing time) and only signed reports
+//     within the window count: anyone can publish on the channel.
 //   - Fleet (fleet.go) publishes this process's report at start and a
 //     heartbeat after, reads every replica's reports into a bounded table
 //     (table.go: the largest count per journal and message, summed over
