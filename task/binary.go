@@ -82,9 +82,9 @@ func (r *inputReader) binaryTensor(w wireTensor, info tensor.TensorInfo, binary 
 // (what names the size in errors), and BYTES elements. The tensor aliases
 // data.
 func (r *inputReader) rawTensor(w wireTensor, info tensor.TensorInfo, data []byte, what string) (tensor.Tensor, error) {
-	shape, ok := fitShape(info, w.shape)
-	if !ok {
-		return tensor.Tensor{}, mismatch(info, info.DType, shape)
+	shape, err := fitShape(info, w.shape)
+	if err != nil {
+		return tensor.Tensor{}, err
 	}
 	n := tensor.NumElements(shape)
 	if n < 0 {

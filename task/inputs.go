@@ -259,21 +259,24 @@ func mismatch(info tensor.TensorInfo, dt tensor.DType, shape []int64) error {
 		info.DType, tensor.FormatShape(info.Dims), dt, tensor.FormatShape(shape))
 }
 
-// fitShape adds the batch dim to one-row data and checks the shape against
-// the model's dims.
-func fitShape(info tensor.TensorInfo, shape []int64) ([]int64, bool) {
+// fitShape adds the batch dim to one-row data (one dim fewer than the
+// model's) and checks the shape against the model's dims. The error names
+// the shape as sent, never the one with the added dim: the client never
+// sent that.
+func fitShape(info tensor.TensorInfo, sent []int64) ([]int64, error) {
+	shape := sent
 	if len(info.Dims) > 0 && len(shape) == len(info.Dims)-1 {
 		shape = append([]int64{1}, shape...)
 	}
 	if len(shape) != len(info.Dims) {
-		return shape, false
+		return nil, mismatch(info, info.DType, sent)
 	}
 	for k, d := range info.Dims {
 		if d >= 0 && shape[k] != d {
-			return shape, false
+			return nil, mismatch(info, info.DType, sent)
 		}
 	}
-	return shape, true
+	return shape, nil
 }
 
 // take charges n elements to the budget.
@@ -350,9 +353,9 @@ func (r *inputReader) jsonTensor(w wireTensor, info tensor.TensorInfo) (tensor.T
 		}
 		return r.fit(w.name, info, w.decoded, w.got)
 	}
-	shape, ok := fitShape(info, w.shape)
-	if !ok {
-		return tensor.Tensor{}, mismatch(info, info.DType, shape)
+	shape, err := fitShape(info, w.shape)
+	if err != nil {
+		return tensor.Tensor{}, err
 	}
 	n := tensor.NumElements(shape)
 	if n < 0 {
@@ -403,9 +406,9 @@ func (r *inputReader) nested(name string, info tensor.TensorInfo, b []byte, i in
 // fit checks decoded data of shape got against the model's input and
 // charges it to the budget.
 func (r *inputReader) fit(name string, info tensor.TensorInfo, data []byte, got []int64) (tensor.Tensor, error) {
-	shape, ok := fitShape(info, got)
-	if !ok {
-		return tensor.Tensor{}, mismatch(info, info.DType, shape)
+	shape, err := fitShape(info, got)
+	if err != nil {
+		return tensor.Tensor{}, err
 	}
 	if err := r.take(name, tensor.NumElements(shape)); err != nil {
 		return tensor.Tensor{}, err
