@@ -185,6 +185,9 @@ func (t *Table[M]) Admit(in Input) (a Admitted[M]) {
 	if a.Inputs, err = a.Task.Inputs(a.Model.ModelInfo(), Limits(c)); err != nil {
 		return refuse(a, inputVerdict(err), limitHint(c, fmt.Errorf("model %q: %w", c.Name, err)))
 	}
+	if err := checkRows(c, a.Model.ModelInfo(), a.Inputs); err != nil {
+		return refuse(a, BadInput, fmt.Errorf("model %q: %w", c.Name, err))
+	}
 	a.Outputs = a.Task.OutputNames()
 	field := "kwargs.priority"
 	if in.From == FromHTTP {
