@@ -40,7 +40,9 @@
 //
 // Concurrency: Handler's http.Handler and NewGRPCServer's server are safe
 // for concurrent use; each infer request holds one of MaxConcurrentInfer
-// slots while its body is read and it runs. The interfaces' methods must
+// slots while it is admitted and runs, once its body has arrived (a
+// client trickling its body holds no slot; HTTPConfig.MaxBodyMemory
+// bounds the bodies being read). The interfaces' methods must
 // be safe for concurrent use: models come and go while requests run, and
 // a request sees the models served when it is admitted.
 package oip
