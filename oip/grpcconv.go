@@ -29,7 +29,8 @@ import (
 //
 // Request parameters read: binary_data_output (bool: outputs come back
 // raw), timeout (int64, microseconds, Triton's: the request is not run
-// after it), priority (int64); on a requested output, binary_data (bool).
+// after it), priority (int64 or uint64, as Triton reads it); on a
+// requested output, binary_data (bool).
 
 // grpcRequest is a ModelInferRequest read for admission.
 type grpcRequest struct {
@@ -71,12 +72,30 @@ func readGRPCInfer(req *pb.ModelInferRequest, size int, lim task.Limits) (grpcRe
 	if r.task.Timeout, err = timeoutParam(req.Parameters); err != nil {
 		return r, err
 	}
-	p, err := intParam(req.Parameters, "priority")
+	p, err := priorityParam(req.Parameters)
 	if err != nil {
 		return r, err
 	}
-	r.task.Priority = int(min(max(p, math.MinInt32), math.MaxInt32))
+	r.task.Priority = p
 	return r, nil
+}
+
+// priorityParam reads the priority parameter as Triton does: an
+// int64_param or a uint64_param (Triton's Python and Go clients send the
+// latter); 0 when absent. Values beyond int32 are clamped to it:
+// admission refuses them against batching.priority_levels anyway.
+func priorityParam(ps map[string]*pb.InferParameter) (int, error) {
+	p, ok := ps["priority"]
+	if !ok {
+		return 0, nil
+	}
+	switch v := p.GetParameterChoice().(type) {
+	case *pb.InferParameter_Int64Param:
+		return int(min(max(v.Int64Param, math.MinInt32), math.MaxInt32)), nil
+	case *pb.InferParameter_Uint64Param:
+		return int(min(v.Uint64Param, math.MaxInt32)), nil
+	}
+	return 0, fmt.Errorf("%w: parameters.priority: want an int64_param or a uint64_param", task.ErrBadInput)
 }
 
 // rawInputs returns req's input tensors with their data in the raw form.
