@@ -3,7 +3,6 @@ package oip
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"time"
 
@@ -219,9 +218,7 @@ func (g *grpcService[M]) infer(ctx context.Context, c *models.Model, req *pb.Mod
 	var resp *pb.ModelInferResponse
 	v, outcome, err := g.s.Infer(ctx, in, func(version string, outputs []tensor.Tensor, _ *task.Task) error {
 		resp = &pb.ModelInferResponse{ModelName: c.Name, ModelVersion: version, Id: req.Id}
-		if err := grpcOutputs(resp, outputs, r.raw); err != nil {
-			return fmt.Errorf("model %q: encoding the result: %w", c.Name, err)
-		}
+		grpcOutputs(resp, outputs)
 		return nil
 	})
 	if err != nil {
