@@ -111,6 +111,9 @@ func Handler[M Model](s Server[M], c HTTPConfig) http.Handler {
 	for pattern, rh := range c.Routes {
 		mux.Handle(pattern, rh)
 	}
+	if _, taken := c.Routes["/"]; !taken {
+		mux.HandleFunc("/", noRoute(mux))
+	}
 	return h
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/task"
 	"github.com/inferq/inferq/tensor"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/propagation"
 )
 
@@ -28,6 +29,9 @@ import (
 //	GET  /v2/models/{m}[/versions/{v}]        model metadata
 //	GET  /v2/models/{m}[/versions/{v}]/ready  200, or 400 while not ready
 //	POST /v2/models/{m}[/versions/{v}]/infer  inference
+//
+// and Triton's configuration, statistics and repository index routes
+// (tritonhttp.go).
 //
 // An infer request is {"id"?, "parameters"?, "inputs": [...], "outputs"?}
 // with the tensors of DESIGN.md section 3, or with the binary tensor
@@ -60,9 +64,10 @@ const initialBodyBuf = 64 << 10
 
 // v2 serves the /v2 routes.
 type v2[M Model] struct {
-	s     Server[M]
-	obs   Observer
-	ready func() bool
+	s      Server[M]
+	obs    Observer
+	gather prometheus.Gatherer // the metrics the statistics read; nil: none
+	ready  func() bool
 	// slots holds a token per infer request whose body has arrived and
 	// that is being admitted or run: a body still arriving holds none.
 	slots chan struct{}
@@ -103,7 +108,7 @@ func mountOIP[M Model](mux *http.ServeMux, s Server[M], c HTTPConfig) {
 	if n <= 0 {
 		n = models.DefaultHTTPMaxConcurrentRequests
 	}
-	o := &v2[M]{s: s, obs: c.Metrics, ready: c.Ready, slots: make(chan struct{}, n)}
+	o := &v2[M]{s: s, obs: c.Metrics, gather: c.Gatherer, ready: c.Ready, slots: make(chan struct{}, n)}
 	o.mem.limit = c.MaxBodyMemory
 	if o.mem.limit <= 0 {
 		o.mem.limit = int64(n) * models.DefaultMaxBodyBytes
@@ -121,6 +126,12 @@ func mountOIP[M Model](mux *http.ServeMux, s Server[M], c HTTPConfig) {
 		mux.HandleFunc("GET "+p, o.modelMetadata)
 		mux.HandleFunc("GET "+p+"/ready", o.modelReady)
 		mux.HandleFunc("POST "+p+"/infer", o.infer)
+		mux.HandleFunc("GET "+p+"/config", o.modelConfig)
+		mux.HandleFunc("GET "+p+"/stats", o.modelStats)
+	}
+	mux.HandleFunc("GET /v2/models/stats", o.modelStats)
+	if _, repo := c.Routes["POST /v2/repository/index"]; !repo {
+		mux.HandleFunc("POST /v2/repository/index", o.repositoryIndex)
 	}
 }
 

@@ -2,9 +2,14 @@ package oip_test
 
 import (
 	"encoding/binary"
+	"encoding/json"
+	"fmt"
 	"math"
+	"net/http"
+	"strings"
 	"testing"
 
+	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/oip"
 	pb "github.com/inferq/inferq/oip/inferencepb"
 )
@@ -31,6 +36,125 @@ func TestGRPCOutputsAlwaysRaw(t *testing.T) {
 	for i, want := range []float32{2, 4, 6, 8} {
 		if got := math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:])); got != want {
 			t.Fatalf("raw output %v, want y = 2x", raw)
+		}
+	}
+}
+
+// HTTP has Triton's model configuration and statistics routes, as gRPC has
+// ModelConfig and ModelStatistics (issue 25 item 10), in the JSON Triton's
+// HTTP API writes: the .proto's field names, enums by name, numbers as
+// numbers, every scalar field even when zero.
+func TestHTTPModelConfigAndStats(t *testing.T) {
+	bs := bareServer(t, bareOpts{model: func(m *models.Model) { m.Batching.MaxBatchSize = 8 }})
+	h := oip.Handler(bs.srv, oip.HTTPConfig{Gatherer: bs.reg, Metrics: bs.met})
+	for _, path := range []string{"/v2/models/m/config", "/v2/models/m/versions/1/config"} {
+		rec := serveHTTP(h, "GET", path, nil, nil)
+		var cfg struct {
+			Name         string `json:"name"`
+			Platform     string `json:"platform"`
+			MaxBatchSize *int   `json:"max_batch_size"`
+			Input        []struct {
+				Name     string  `json:"name"`
+				DataType string  `json:"data_type"`
+				Dims     []int64 `json:"dims"`
+			} `json:"input"`
+			DynamicBatching struct {
+				MaxQueueDelayMicroseconds *uint64 `json:"max_queue_delay_microseconds"`
+			} `json:"dynamic_batching"`
+		}
+		if rec.Code != 200 || json.Unmarshal(rec.Body.Bytes(), &cfg) != nil {
+			t.Fatalf("GET %s: %d %s", path, rec.Code, rec.Body)
+		}
+		if cfg.Name != "m" || cfg.Platform != "onnxruntime_onnx" || cfg.MaxBatchSize == nil || *cfg.MaxBatchSize != 8 ||
+			len(cfg.Input) != 1 || cfg.Input[0].Name != "x" || cfg.Input[0].DataType != "TYPE_FP32" || fmt.Sprint(cfg.Input[0].Dims) != "[4]" ||
+			cfg.DynamicBatching.MaxQueueDelayMicroseconds == nil {
+			t.Errorf("GET %s: %s", path, rec.Body)
+		}
+		if strings.Contains(rec.Body.String(), `"4"`) || strings.Contains(rec.Body.String(), "maxBatchSize") {
+			t.Errorf("GET %s: numbers quoted or names in camel case: %s", path, rec.Body)
+		}
+	}
+	if rec := serveHTTP(h, "POST", "/v2/models/m/infer", []byte(oipCases[0].body), nil); rec.Code != 200 {
+		t.Fatalf("infer: %d %s", rec.Code, rec.Body)
+	}
+	for _, path := range []string{"/v2/models/m/stats", "/v2/models/m/versions/1/stats", "/v2/models/stats"} {
+		rec := serveHTTP(h, "GET", path, nil, nil)
+		var st struct {
+			ModelStats []struct {
+				Name           string `json:"name"`
+				Version        string `json:"version"`
+				InferenceStats struct {
+					Success struct {
+						Count uint64 `json:"count"`
+					} `json:"success"`
+				} `json:"inference_stats"`
+			} `json:"model_stats"`
+		}
+		if rec.Code != 200 || json.Unmarshal(rec.Body.Bytes(), &st) != nil || len(st.ModelStats) != 1 {
+			t.Fatalf("GET %s: %d %s", path, rec.Code, rec.Body)
+		}
+		if s := st.ModelStats[0]; s.Name != "m" || s.Version != "1" || s.InferenceStats.Success.Count != 1 ||
+			!strings.Contains(rec.Body.String(), `"inference_count": 1`) || !strings.Contains(rec.Body.String(), `"last_inference": 0`) {
+			t.Errorf("GET %s: %s", path, rec.Body)
+		}
+	}
+	for _, path := range []string{"/v2/models/nope/config", "/v2/models/m/versions/2/config", "/v2/models/nope/stats"} {
+		if rec := serveHTTP(h, "GET", path, nil, nil); rec.Code != 404 || !strings.Contains(rec.Body.String(), `"error"`) {
+			t.Errorf("GET %s: %d %s, want 404 with an error", path, rec.Code, rec.Body)
+		}
+	}
+}
+
+// POST /v2/repository/index answers without a model repository too, as
+// gRPC's RepositoryIndex does: the served models, READY; with a
+// repository, the repository's route answers.
+func TestHTTPRepositoryIndexWithoutRepository(t *testing.T) {
+	h := bareHandler(t)
+	for _, body := range []string{"", `{}`, `{"ready":true}`} {
+		rec := serveHTTP(h, "POST", "/v2/repository/index", []byte(body), nil)
+		var idx []map[string]string
+		if rec.Code != 200 || json.Unmarshal(rec.Body.Bytes(), &idx) != nil || len(idx) != 1 ||
+			idx[0]["name"] != "m" || idx[0]["version"] != "1" || idx[0]["state"] != "READY" {
+			t.Errorf("index with body %q: %d %s", body, rec.Code, rec.Body)
+		}
+	}
+	if rec := serveHTTP(h, "POST", "/v2/repository/index", []byte(`{"ready":`), nil); rec.Code != 400 || !strings.Contains(rec.Body.String(), `"error"`) {
+		t.Errorf("malformed body: %d %s, want 400", rec.Code, rec.Body)
+	}
+	repo := bareHandlerWith(t, bareOpts{http: func(c *oip.HTTPConfig) {
+		c.Routes = map[string]http.Handler{"POST /v2/repository/index": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = w.Write([]byte(`[{"name":"from-the-repository"}]`))
+		})}
+	}})
+	if rec := serveHTTP(repo, "POST", "/v2/repository/index", nil, nil); !strings.Contains(rec.Body.String(), "from-the-repository") {
+		t.Errorf("with a repository: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// Unknown routes answer {"error": ...} as JSON, as every other error does
+// (Triton answers its unknown routes so): 404, and 405 with Allow for a
+// known path and another method.
+func TestHTTPUnknownRouteJSON(t *testing.T) {
+	h := bareHandler(t)
+	for _, tc := range []struct {
+		method, path string
+		code         int
+		allow        string
+	}{
+		{"GET", "/nowhere", 404, ""},
+		{"GET", "/v2/models/m/nowhere", 404, ""},
+		{"POST", "/v3/models/m/infer", 404, ""},
+		{"POST", "/v2", 405, "GET, HEAD"},
+		{"DELETE", "/v2/models/m/infer", 405, "POST"},
+	} {
+		rec := serveHTTP(h, tc.method, tc.path, nil, nil)
+		var e map[string]string
+		if rec.Code != tc.code || rec.Header().Get("Content-Type") != "application/json" ||
+			json.Unmarshal(rec.Body.Bytes(), &e) != nil || !strings.Contains(e["error"], tc.path) {
+			t.Errorf("%s %s: %d %q %s, want %d with {\"error\": ...} naming the path", tc.method, tc.path, rec.Code, rec.Header().Get("Content-Type"), rec.Body, tc.code)
+		}
+		if rec.Header().Get("Allow") != tc.allow {
+			t.Errorf("%s %s: Allow %q, want %q", tc.method, tc.path, rec.Header().Get("Allow"), tc.allow)
 		}
 	}
 }
