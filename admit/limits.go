@@ -99,3 +99,26 @@ func checkRows(c *models.Model, info tensor.ModelInfo, inputs []tensor.Tensor) e
 	}
 	return nil
 }
+
+// checkJSONOutputs refuses a request that would get an FP16 output as
+// JSON: the outputs it names (every output when none) that it does not ask
+// for in binary. Triton refuses the same ("sending FP16 data via JSON is
+// not supported"), after the run; this is before it. The error wraps
+// task.ErrBadInput and names the output and how to ask for it.
+func checkJSONOutputs(info tensor.ModelInfo, t *task.Task) error {
+	names := t.OutputNames()
+	if names == nil {
+		for _, o := range info.Outputs {
+			names = append(names, o.Name)
+		}
+	}
+	for _, name := range names {
+		for _, o := range info.Outputs {
+			if o.Name == name && o.DType == tensor.FP16 && !t.WantsBinary(name) {
+				return fmt.Errorf(`%w: output %q: FP16 data cannot go out as JSON numbers (Triton refuses it too); ask for it in binary: "parameters": {"binary_data": true} on the output, or {"binary_data_output": true} on the request`,
+					task.ErrBadInput, name)
+			}
+		}
+	}
+	return nil
+}

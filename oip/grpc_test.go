@@ -320,6 +320,15 @@ func TestGRPCInferEveryDatatype(t *testing.T) {
 			}
 
 			sameTensor(t, "HTTP binary output vs gRPC", httpInfer(t, s.url, model, in, true), raw)
+			if dt == tensor.FP16 {
+				// As Triton: "sending FP16 data via JSON is not supported".
+				header := fmt.Sprintf(`{"inputs":[{"name":"in","shape":%s,"datatype":"FP16","parameters":{"binary_data_size":%d}}]}`, tensor.FormatShape(in.Shape), len(in.Data))
+				resp, body := do(t, "POST", s.url+"/v2/models/"+model+"/infer", append([]byte(header), in.Data...), map[string]string{oip.HeaderInferenceLength: strconv.Itoa(len(header))})
+				if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "FP16") {
+					t.Errorf("HTTP JSON output of FP16: %d %s, want 400", resp.StatusCode, body)
+				}
+				return
+			}
 			sameTensor(t, "HTTP JSON output vs gRPC", httpInfer(t, s.url, model, in, false), raw)
 		})
 	}

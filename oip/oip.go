@@ -55,7 +55,7 @@ import (
 
 // HeaderInferenceLength is the binary tensor extension's header: the
 // length of the JSON part of a request or response body.
-const HeaderInferenceLength = "Inference-Header-Content-Length"
+const HeaderInferenceLength = task.HeaderInferenceLength
 
 // initialBodyBuf caps the buffer an infer body starts with: the declared
 // Content-Length is the client's word, so the buffer grows with what
@@ -340,7 +340,7 @@ type oipResult struct {
 func (o *v2[M]) run(ctx context.Context, name string, body []byte, h http.Header, start time.Time) oipResult {
 	var res oipResult
 	in := admit.Input{From: admit.FromHTTP, Body: body, Trace: propagation.HeaderCarrier(h), HeaderLen: h.Get(HeaderInferenceLength),
-		Model: name, Received: start}
+		Model: name, Received: start, JSONOutputs: true}
 	v, outcome, err := o.s.Infer(ctx, in, func(version string, outputs []tensor.Tensor, t *task.Task) error {
 		resp := task.NewInferResponse(name, version, outputs, t)
 		b := make([]byte, 0, 256)

@@ -9,9 +9,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/inferq/inferq/consumer/consumertest"
 	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/oip"
 	pb "github.com/inferq/inferq/oip/inferencepb"
+	"github.com/inferq/inferq/tensor"
 )
 
 // Triton's gRPC server writes every output into raw_output_contents,
@@ -156,5 +158,67 @@ func TestHTTPUnknownRouteJSON(t *testing.T) {
 		if rec.Header().Get("Allow") != tc.allow {
 			t.Errorf("%s %s: Allow %q, want %q", tc.method, tc.path, rec.Header().Get("Allow"), tc.allow)
 		}
+	}
+}
+
+// HTTP's binary errors name the binary tensor extension's header, not the
+// broker's content type (issue 25 item 10), and FP16 outputs are refused
+// as JSON, as Triton refuses them ("sending FP16 data via JSON is not
+// supported"), before the model runs; asked for in binary, they run.
+func TestHTTPBinaryHintsAndFP16(t *testing.T) {
+	info := tensor.ModelInfo{
+		Inputs:  []tensor.TensorInfo{{Name: "x", DType: tensor.FP32, Dims: []int64{-1, 4}}, {Name: "h", DType: tensor.FP16, Dims: []int64{-1, 2}}},
+		Outputs: []tensor.TensorInfo{{Name: "y", DType: tensor.FP32, Dims: []int64{-1, 4}}, {Name: "half", DType: tensor.FP16, Dims: []int64{-1, 2}}},
+	}
+	f := consumertest.NewFakeBatcher()
+	h := bareHandlerWith(t, bareOpts{info: &info, batcher: f})
+	x := `{"name":"x","shape":[1,4],"datatype":"FP32","data":[1,2,3,4]}`
+	hBin := `{"name":"h","shape":[1,2],"datatype":"FP16","parameters":{"binary_data_size":4}}`
+	for _, tc := range []struct {
+		name, body string
+		headerLen  bool // the JSON is the header of a binary body
+		code       int
+		want       []string
+	}{
+		{"binary_data_size without the header", `{"inputs":[` + x + `,` + hBin + `]}`, false, 400,
+			[]string{`input \"h\": binary_data_size needs`, oip.HeaderInferenceLength}},
+		{"FP16 as JSON", `{"inputs":[` + x + `,{"name":"h","shape":[1,2],"datatype":"FP16","data":[1,2]}]}`, false, 400,
+			[]string{`input \"h\": FP16 data needs`, oip.HeaderInferenceLength}},
+		{"binary sizes and body disagree", `{"inputs":[` + x + `,` + hBin + `]}`, true, 400,
+			[]string{"binary_data_size values add up to 4 bytes, the body carries 6 after the", oip.HeaderInferenceLength}},
+		{"FP16 output as JSON", `{"inputs":[` + x + `,` + hBin + `]}`, true, 400,
+			[]string{`output \"half\": FP16`, "binary_data"}},
+		{"FP16 output named, as JSON", `{"inputs":[` + x + `,` + hBin + `],"outputs":[{"name":"half"}]}`, true, 400,
+			[]string{`output \"half\": FP16`}},
+		{"FP16 output in binary", `{"inputs":[` + x + `,` + hBin + `],"outputs":[{"name":"half","parameters":{"binary_data":true}},{"name":"y"}]}`, true, 200, nil},
+		{"every output in binary", `{"inputs":[` + x + `,` + hBin + `],"parameters":{"binary_data_output":true}}`, true, 200, nil},
+		{"only the FP32 output", `{"inputs":[` + x + `,` + hBin + `],"outputs":[{"name":"y"}]}`, true, 200, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body, header := []byte(tc.body), map[string]string{}
+			if tc.headerLen {
+				header[oip.HeaderInferenceLength] = fmt.Sprint(len(body))
+				body = append(body, 0, 0x3c, 0, 0x40) // FP16 1, 2
+				if tc.name == "binary sizes and body disagree" {
+					body = append(body, 0, 0) // two bytes no input claims
+				}
+			}
+			ran := f.Total.Load()
+			rec := serveHTTP(h, "POST", "/v2/models/m/infer", body, header)
+			if rec.Code != tc.code {
+				t.Fatalf("%d %s, want %d", rec.Code, rec.Body, tc.code)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(rec.Body.String(), w) {
+					t.Errorf("%s does not say %q", rec.Body, w)
+				}
+			}
+			if strings.Contains(rec.Body.String(), "vnd.inferq") || strings.Contains(rec.Body.String(), "content-type") {
+				t.Errorf("%s names the broker's content type", rec.Body)
+			}
+			if tc.code != 200 && f.Total.Load() != ran {
+				t.Errorf("a refused request ran")
+			}
+		})
 	}
 }
