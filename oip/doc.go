@@ -10,6 +10,8 @@
 //	grpcconv.go  gRPC tensors to and from what admission reads
 //	grpcrepo.go  Triton's model repository RPCs (a ModelRepository)
 //	triton.go    Triton's ModelConfig and ModelStatistics
+//	tritonhttp.go the same over HTTP (/config, /stats), the repository
+//	             index without a repository, JSON answers to unknown routes
 //	inferencepb  the generated gRPC code
 //
 // Why a package of its own: the protocols are one concern (routes, wire
