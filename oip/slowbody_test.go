@@ -3,6 +3,7 @@ package oip_test
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -77,35 +78,60 @@ func TestOIPSlowBodiesHoldNoSlot(t *testing.T) {
 	}
 }
 
+// stall is a request body that delivers data, then signals reached and
+// blocks until release is closed, then ends (the client gave up).
+type stall struct {
+	data    []byte
+	reached chan struct{}
+	release chan struct{}
+}
+
+func (s *stall) Read(p []byte) (int, error) {
+	if len(s.data) > 0 {
+		n := copy(p, s.data)
+		s.data = s.data[n:]
+		return n, nil
+	}
+	if s.reached != nil {
+		close(s.reached)
+		s.reached = nil
+	}
+	<-s.release
+	return 0, io.EOF
+}
+
 // Bodies being read are bounded in memory by HTTPConfig.MaxBodyMemory,
 // now that they hold no slot: a request whose body would take memory
 // beyond it is answered 503 with Retry-After; the memory comes back when
 // the request that held it ends.
 func TestOIPBodyMemoryBound(t *testing.T) {
 	const budget = 256 << 10
-	srv := httptest.NewServer(bareHandlerWith(t, bareOpts{http: func(c *oip.HTTPConfig) {
-		c.MaxConcurrentInfer, c.MaxBodyMemory = 2, budget
-	}}))
-	t.Cleanup(srv.Close)
-	hog := slowClient(t, srv.Listener.Addr().String(), 1<<20, strings.Repeat(" ", 200<<10))
+	h := bareHandlerWith(t, bareOpts{http: func(c *oip.HTTPConfig) { c.MaxConcurrentInfer, c.MaxBodyMemory = 2, budget }})
+	hog := &stall{data: make([]byte, 200<<10), reached: make(chan struct{}), release: make(chan struct{})}
+	reached := hog.reached
+	done := make(chan *httptest.ResponseRecorder, 1)
+	go func() {
+		req := httptest.NewRequest("POST", "/v2/models/m/infer", hog)
+		req.ContentLength = 1 << 20
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		done <- rec
+	}()
+	select {
+	case <-reached: // the hog's 200 KiB are in the server's buffer
+	case <-time.After(10 * time.Second):
+		t.Fatal("the slow body was not read")
+	}
 	body := []byte(oipCases[0].body)
-	var resp *http.Response
-	var out []byte
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if resp, out = do(t, "POST", srv.URL+"/v2/models/m/infer", body, nil); resp.StatusCode != http.StatusOK {
-			break
-		}
+	rec := serveHTTP(h, "POST", "/v2/models/m/infer", body, nil)
+	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" || !strings.Contains(rec.Body.String(), "bytes") {
+		t.Errorf("beside a body holding 200 KiB of a %d-byte bound: %d %s, want 503 with Retry-After", budget, rec.Code, rec.Body)
 	}
-	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(out), "bytes") {
-		t.Fatalf("beside a body holding 200 KiB of a %d-byte bound: %s %s, want 503 with Retry-After", budget, resp.Status, out)
+	close(hog.release)
+	if rec := <-done; rec.Code != http.StatusBadRequest {
+		t.Errorf("the truncated slow body: %d %s, want 400", rec.Code, rec.Body)
 	}
-	hog.Close()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if resp, out = do(t, "POST", srv.URL+"/v2/models/m/infer", body, nil); resp.StatusCode == http.StatusOK {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after the slow client left: %s %s", resp.Status, out)
-		}
+	if rec := serveHTTP(h, "POST", "/v2/models/m/infer", body, nil); rec.Code != http.StatusOK {
+		t.Errorf("after the slow request ended: %d %s", rec.Code, rec.Body)
 	}
 }
