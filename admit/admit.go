@@ -68,6 +68,11 @@ type Input struct {
 	Trace propagation.TextMapCarrier
 	// HeaderLen (HTTP) is the Inference-Header-Content-Length header.
 	HeaderLen string
+	// JSONOutputs (HTTP): the answer carries the outputs not asked for
+	// in binary as JSON numbers, which cannot carry FP16: a request that
+	// would get an FP16 output so is refused before it runs, as Triton
+	// refuses it (after running).
+	JSONOutputs bool
 	// Model (HTTP, gRPC) is the model the URL or model_name names.
 	Model string
 	// Decoded (gRPC) is an infer request already read into a Task, or
@@ -185,7 +190,15 @@ func (t *Table[M]) Admit(in Input) (a Admitted[M]) {
 	if a.Inputs, err = a.Task.Inputs(a.Model.ModelInfo(), Limits(c)); err != nil {
 		return refuse(a, inputVerdict(err), limitHint(c, fmt.Errorf("model %q: %w", c.Name, err)))
 	}
+	if err := checkRows(c, a.Model.ModelInfo(), a.Inputs); err != nil {
+		return refuse(a, BadInput, fmt.Errorf("model %q: %w", c.Name, err))
+	}
 	a.Outputs = a.Task.OutputNames()
+	if in.JSONOutputs {
+		if err := checkJSONOutputs(a.Model.ModelInfo(), a.Task); err != nil {
+			return refuse(a, BadInput, fmt.Errorf("model %q: %w", c.Name, err))
+		}
+	}
 	field := "kwargs.priority"
 	if in.From == FromHTTP {
 		field = "parameters.priority"

@@ -228,7 +228,7 @@ func FuzzAdmit(f *testing.F) {
 	mt := admitTable(f)
 	mt.byName["m"].Config.Batching.PriorityLevels = 3
 	f.Fuzz(func(t *testing.T, body []byte, from uint8) {
-		in := Input{From: Source(from % 3), Body: body, Model: "m", Received: time.Now(), Records: cancelledRecords{}}
+		in := Input{From: Source(from % 3), Body: body, Model: "m", Received: time.Now(), Records: cancelledRecords{}, JSONOutputs: from&4 != 0}
 		a := mt.Admit(in)
 		if a.Verdict != Run && a.Err == nil {
 			t.Fatalf("verdict %d without a reason", a.Verdict)

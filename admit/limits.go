@@ -7,6 +7,7 @@ import (
 
 	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/task"
+	"github.com/inferq/inferq/tensor"
 )
 
 // Limits are the limits of the model configured c for reading a request
@@ -61,4 +62,63 @@ func deadline(t *task.Task, c *models.Model, received time.Time) time.Time {
 		base = received
 	}
 	return base.Add(c.Timeout.D())
+}
+
+// MaxBatchSize is the most rows (dim 0) one request for the model
+// configured c with tensors info may carry, as Triton's max_batch_size
+// says it: batching.max_batch_size when every input has a variable dim 0,
+// the dim the batcher stacks requests along (the runtime's batchable
+// model); 0 when an input lacks one, Triton's "no batch dim": a request
+// then carries the model's dims as they are and runs on its own. The
+// metadata advertises it and admission enforces it (checkRows): one
+// number on every path.
+func MaxBatchSize(c *models.Model, info tensor.ModelInfo) int {
+	for _, in := range info.Inputs {
+		if len(in.Dims) == 0 || in.Dims[0] != -1 {
+			return 0
+		}
+	}
+	return c.Batching.MaxBatchSize
+}
+
+// checkRows refuses inputs of more rows than the model's MaxBatchSize:
+// a batch never holds more than batching.max_batch_size rows, and a
+// request over it is the client's to split (Triton refuses it too:
+// "inference request batch-size must be <= N"). The error wraps
+// task.ErrBadInput and names the input, its rows and the field.
+func checkRows(c *models.Model, info tensor.ModelInfo, inputs []tensor.Tensor) error {
+	most := MaxBatchSize(c, info)
+	if most <= 0 {
+		return nil
+	}
+	for _, t := range inputs {
+		if len(t.Shape) > 0 && t.Shape[0] > int64(most) {
+			return fmt.Errorf("%w: input %q: %d rows (dim 0) are over the model's batching.max_batch_size %d; split the request",
+				task.ErrBadInput, t.Name, t.Shape[0], most)
+		}
+	}
+	return nil
+}
+
+// checkJSONOutputs refuses a request that would get an FP16 output as
+// JSON: the outputs it names (every output when none) that it does not ask
+// for in binary. Triton refuses the same ("sending FP16 data via JSON is
+// not supported"), after the run; this is before it. The error wraps
+// task.ErrBadInput and names the output and how to ask for it.
+func checkJSONOutputs(info tensor.ModelInfo, t *task.Task) error {
+	names := t.OutputNames()
+	if names == nil {
+		for _, o := range info.Outputs {
+			names = append(names, o.Name)
+		}
+	}
+	for _, name := range names {
+		for _, o := range info.Outputs {
+			if o.Name == name && o.DType == tensor.FP16 && !t.WantsBinary(name) {
+				return fmt.Errorf(`%w: output %q: FP16 data cannot go out as JSON numbers (Triton refuses it too); ask for it in binary: "parameters": {"binary_data": true} on the output, or {"binary_data_output": true} on the request`,
+					task.ErrBadInput, name)
+			}
+		}
+	}
+	return nil
 }

@@ -156,7 +156,7 @@ func TestQueryErrors(t *testing.T) {
 		{"unknown model", string(queryBody("nope", 1, 1)), consumer.OutcomeUnknownModel, "",
 			[]string{`unknown model "nope"`, `"m"`}},
 		{"bad shape", `{"task_name":"m","args":[[1,2,3]],"kwargs":{}}`, consumer.OutcomeBadInput, testModel,
-			[]string{`input "x"`, "[1,3]"}},
+			[]string{`input "x"`, "got FP32 [3]"}}, // as sent: one row of 3
 		{"bad datatype", `{"task_name":"m","kwargs":{"inputs":[{"name":"x","shape":[1,4],"datatype":"INT64","data":[1,2,3,4]}]}}`,
 			consumer.OutcomeBadInput, testModel, []string{`input "x"`, "INT64", "FP32"}},
 		{"inference failure", string(queryBody(testModel, 1000, 5)), consumer.OutcomeFailure, testModel,

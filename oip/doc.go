@@ -10,6 +10,8 @@
 //	grpcconv.go  gRPC tensors to and from what admission reads
 //	grpcrepo.go  Triton's model repository RPCs (a ModelRepository)
 //	triton.go    Triton's ModelConfig and ModelStatistics
+//	tritonhttp.go the same over HTTP (/config, /stats), the repository
+//	             index without a repository, JSON answers to unknown routes
 //	inferencepb  the generated gRPC code
 //
 // Why a package of its own: the protocols are one concern (routes, wire
@@ -40,7 +42,9 @@
 //
 // Concurrency: Handler's http.Handler and NewGRPCServer's server are safe
 // for concurrent use; each infer request holds one of MaxConcurrentInfer
-// slots while its body is read and it runs. The interfaces' methods must
+// slots while it is admitted and runs, once its body has arrived (a
+// client trickling its body holds no slot; HTTPConfig.MaxBodyMemory
+// bounds the bodies being read). The interfaces' methods must
 // be safe for concurrent use: models come and go while requests run, and
 // a request sees the models served when it is admitted.
 package oip

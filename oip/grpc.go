@@ -3,7 +3,6 @@ package oip
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"time"
 
@@ -64,6 +63,13 @@ type GRPCConfig struct {
 	Repository ModelRepository
 }
 
+// maxMessageBytes bounds a gRPC message whatever models are served:
+// task.DefaultMaxBodyBytes, above the most limits.max_body_bytes may be
+// configured to (the broker's message limit less its slack), so that no
+// model loaded after the server was made finds its requests refused by
+// gRPC before admission reads its own limit.
+const maxMessageBytes int64 = task.DefaultMaxBodyBytes
+
 // grpcService serves GRPCInferenceService.
 type grpcService[M Model] struct {
 	pb.UnimplementedGRPCInferenceServiceServer
@@ -78,10 +84,13 @@ type grpcService[M Model] struct {
 }
 
 // NewGRPCServer returns a gRPC server of the Open Inference Protocol over
-// s's models. Messages are bounded by the loosest limits.max_body_bytes of
-// the models served when it is made (each model's own is checked at
-// admission); opts (TLS credentials) come after its own. Safe for
-// concurrent use; the caller serves and stops it.
+// s's models. Messages are bounded by maxMessageBytes, the most any
+// model's limits.max_body_bytes may be (each model's own is checked at
+// admission, RESOURCE_EXHAUSTED naming the field), not by the models
+// served when it is made: with a model repository there may be none yet,
+// and models loaded later would meet a bound of 0 (issue 25 item 10).
+// opts (TLS credentials) come after its own. Safe for concurrent use; the
+// caller serves and stops it.
 func NewGRPCServer[M Model](s Inference[M], c GRPCConfig, opts ...grpc.ServerOption) *grpc.Server {
 	n := c.MaxConcurrentInfer
 	if n <= 0 {
@@ -94,7 +103,7 @@ func NewGRPCServer[M Model](s Inference[M], c GRPCConfig, opts ...grpc.ServerOpt
 	if g.obs == nil {
 		g.obs = noObserver{}
 	}
-	var maxBody int64 // the loosest of the models'
+	maxBody := maxMessageBytes
 	for _, m := range s.Models() {
 		maxBody = max(maxBody, admit.BodyLimit(m.ModelConfig()))
 	}
@@ -219,9 +228,7 @@ func (g *grpcService[M]) infer(ctx context.Context, c *models.Model, req *pb.Mod
 	var resp *pb.ModelInferResponse
 	v, outcome, err := g.s.Infer(ctx, in, func(version string, outputs []tensor.Tensor, _ *task.Task) error {
 		resp = &pb.ModelInferResponse{ModelName: c.Name, ModelVersion: version, Id: req.Id}
-		if err := grpcOutputs(resp, outputs, r.raw); err != nil {
-			return fmt.Errorf("model %q: encoding the result: %w", c.Name, err)
-		}
+		grpcOutputs(resp, outputs)
 		return nil
 	})
 	if err != nil {

@@ -27,16 +27,16 @@ import (
 // fp32_contents, fp64_contents, bytes_contents. FP16 has no typed field:
 // it travels raw only.
 //
-// Request parameters read: binary_data_output (bool: outputs come back
-// raw), timeout (int64, microseconds, Triton's: the request is not run
-// after it), priority (int64); on a requested output, binary_data (bool).
+// Request parameters read: timeout (int64, microseconds, Triton's: the
+// request is not run after it), priority (int64 or uint64, as Triton
+// reads it). Others are ignored, as Triton ignores parameters it does not
+// know; binary_data_output and binary_data are the HTTP extension's and
+// change nothing here: outputs always come back in raw_output_contents,
+// as Triton's do (grpcOutputs).
 
 // grpcRequest is a ModelInferRequest read for admission.
 type grpcRequest struct {
 	task *task.Task
-	// raw: the response carries raw_output_contents (the request sent
-	// raw inputs or asked for binary outputs).
-	raw bool
 }
 
 // readGRPCInfer converts req for admission within lim (the model's
@@ -49,34 +49,41 @@ func readGRPCInfer(req *pb.ModelInferRequest, size int, lim task.Limits) (grpcRe
 	if err != nil {
 		return r, err
 	}
-	r.raw = len(req.RawInputContents) > 0
-	binOut, err := boolParam(req.Parameters, "binary_data_output", "parameters")
-	if err != nil {
-		return r, err
-	}
 	var outs []task.OutputRequest
 	for i, o := range req.Outputs {
 		if o.GetName() == "" {
 			return r, fmt.Errorf("%w: outputs[%d]: an output without a name", task.ErrBadInput, i)
 		}
-		bin, err := boolParam(o.Parameters, "binary_data", fmt.Sprintf("outputs[%d].parameters", i))
-		if err != nil {
-			return r, err
-		}
-		r.raw = r.raw || bin
-		outs = append(outs, task.OutputRequest{Name: o.Name, Binary: bin})
+		outs = append(outs, task.OutputRequest{Name: o.Name})
 	}
-	r.raw = r.raw || binOut
-	r.task = task.NewInfer(req.Id, ins, outs, binOut, size, lim)
+	r.task = task.NewInfer(req.Id, ins, outs, false, size, lim)
 	if r.task.Timeout, err = timeoutParam(req.Parameters); err != nil {
 		return r, err
 	}
-	p, err := intParam(req.Parameters, "priority")
+	p, err := priorityParam(req.Parameters)
 	if err != nil {
 		return r, err
 	}
-	r.task.Priority = int(min(max(p, math.MinInt32), math.MaxInt32))
+	r.task.Priority = p
 	return r, nil
+}
+
+// priorityParam reads the priority parameter as Triton does: an
+// int64_param or a uint64_param (Triton's Python and Go clients send the
+// latter); 0 when absent. Values beyond int32 are clamped to it:
+// admission refuses them against batching.priority_levels anyway.
+func priorityParam(ps map[string]*pb.InferParameter) (int, error) {
+	p, ok := ps["priority"]
+	if !ok {
+		return 0, nil
+	}
+	switch v := p.GetParameterChoice().(type) {
+	case *pb.InferParameter_Int64Param:
+		return int(min(max(v.Int64Param, math.MinInt32), math.MaxInt32)), nil
+	case *pb.InferParameter_Uint64Param:
+		return int(min(v.Uint64Param, math.MaxInt32)), nil
+	}
+	return 0, fmt.Errorf("%w: parameters.priority: want an int64_param or a uint64_param", task.ErrBadInput)
 }
 
 // rawInputs returns req's input tensors with their data in the raw form.
@@ -214,19 +221,6 @@ func narrow[T int32 | uint32](vs []T, lo, hi int64, dt tensor.DType, put func([]
 	return b, nil
 }
 
-// boolParam reads a bool parameter (false when absent).
-func boolParam(ps map[string]*pb.InferParameter, name, where string) (bool, error) {
-	p, ok := ps[name]
-	if !ok {
-		return false, nil
-	}
-	v, ok := p.GetParameterChoice().(*pb.InferParameter_BoolParam)
-	if !ok {
-		return false, fmt.Errorf("%w: %s.%s: want a bool_param", task.ErrBadInput, where, name)
-	}
-	return v.BoolParam, nil
-}
-
 // intParam reads an int64 request parameter (0 when absent).
 func intParam(ps map[string]*pb.InferParameter, name string) (int64, error) {
 	p, ok := ps[name]
@@ -254,74 +248,15 @@ func timeoutParam(ps map[string]*pb.InferParameter) (time.Duration, error) {
 	return time.Duration(us) * time.Microsecond, nil
 }
 
-// grpcOutputs writes outputs into resp: raw_output_contents when raw (or
-// when an output is FP16, which has no typed field: the protocol has a
-// response all raw or all typed), else each output's typed contents.
-func grpcOutputs(resp *pb.ModelInferResponse, outputs []tensor.Tensor, raw bool) error {
-	raw = raw || slices.ContainsFunc(outputs, func(t tensor.Tensor) bool { return t.DType == tensor.FP16 })
+// grpcOutputs writes outputs into resp, each in raw_output_contents as
+// Triton's gRPC server always writes them (whatever form the inputs came
+// in: its response allocator adds one raw_output_contents per output, and
+// Triton's clients index it); no typed contents.
+func grpcOutputs(resp *pb.ModelInferResponse, outputs []tensor.Tensor) {
 	resp.Outputs = make([]*pb.ModelInferResponse_InferOutputTensor, len(outputs))
-	if raw {
-		resp.RawOutputContents = make([][]byte, len(outputs))
-	}
+	resp.RawOutputContents = make([][]byte, len(outputs))
 	for i, o := range outputs {
-		out := &pb.ModelInferResponse_InferOutputTensor{Name: o.Name, Datatype: o.DType.String(), Shape: o.Shape}
-		if raw {
-			resp.RawOutputContents[i] = o.Data
-		} else {
-			c, err := typedContents(o)
-			if err != nil {
-				return fmt.Errorf("output %q: %w", o.Name, err)
-			}
-			out.Contents = c
-		}
-		resp.Outputs[i] = out
+		resp.Outputs[i] = &pb.ModelInferResponse_InferOutputTensor{Name: o.Name, Datatype: o.DType.String(), Shape: o.Shape}
+		resp.RawOutputContents[i] = o.Data
 	}
-	return nil
-}
-
-// typedContents returns t's data in its typed contents field.
-func typedContents(t tensor.Tensor) (*pb.InferTensorContents, error) {
-	c := &pb.InferTensorContents{}
-	var err error
-	switch t.DType {
-	case tensor.BOOL:
-		c.BoolContents = make([]bool, len(t.Data))
-		for i, b := range t.Data {
-			c.BoolContents[i] = b != 0
-		}
-	case tensor.INT8:
-		c.IntContents = widen(t.Data, 1, func(b []byte) int32 { return int32(int8(b[0])) })
-	case tensor.INT16:
-		c.IntContents = widen(t.Data, 2, func(b []byte) int32 { return int32(int16(binary.LittleEndian.Uint16(b))) })
-	case tensor.INT32:
-		c.IntContents, err = tensor.Values[int32](t)
-	case tensor.INT64:
-		c.Int64Contents, err = tensor.Values[int64](t)
-	case tensor.UINT8:
-		c.UintContents = widen(t.Data, 1, func(b []byte) uint32 { return uint32(b[0]) })
-	case tensor.UINT16:
-		c.UintContents = widen(t.Data, 2, func(b []byte) uint32 { return uint32(binary.LittleEndian.Uint16(b)) })
-	case tensor.UINT32:
-		c.UintContents, err = tensor.Values[uint32](t)
-	case tensor.UINT64:
-		c.Uint64Contents, err = tensor.Values[uint64](t)
-	case tensor.FP32:
-		c.Fp32Contents, err = tensor.Values[float32](t)
-	case tensor.FP64:
-		c.Fp64Contents, err = tensor.Values[float64](t)
-	case tensor.BYTES:
-		c.BytesContents, err = tensor.BytesElements(t)
-	default:
-		err = fmt.Errorf("datatype %s has no typed contents field", t.DType)
-	}
-	return c, err
-}
-
-// widen unpacks size-byte little-endian integers.
-func widen[T int32 | uint32](data []byte, size int, get func([]byte) T) []T {
-	out := make([]T, len(data)/size)
-	for i := range out {
-		out[i] = get(data[i*size:])
-	}
-	return out
 }

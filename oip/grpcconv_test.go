@@ -3,6 +3,8 @@ package oip
 import (
 	"bytes"
 	"errors"
+	"math"
+	"strings"
 	"testing"
 
 	pb "github.com/inferq/inferq/oip/inferencepb"
@@ -37,8 +39,9 @@ func FuzzGRPCInferRequest(f *testing.F) {
 			{Name: "c", Datatype: "INT8", Shape: []int64{3}},
 			{Name: "d", Datatype: "FP16", Shape: []int64{1, 1}},
 		}, RawInputContents: [][]byte{make([]byte, 8), {1, 0, 0, 0, 'z'}, {1, 2, 3}, {0, 0x3c}},
-			Parameters: map[string]*pb.InferParameter{"timeout": {ParameterChoice: &pb.InferParameter_Int64Param{Int64Param: 5}}},
-			Outputs:    []*pb.ModelInferRequest_InferRequestedOutputTensor{{Name: "y", Parameters: map[string]*pb.InferParameter{"binary_data": {ParameterChoice: &pb.InferParameter_BoolParam{BoolParam: true}}}}}},
+			Parameters: map[string]*pb.InferParameter{"timeout": {ParameterChoice: &pb.InferParameter_Int64Param{Int64Param: 5}},
+				"priority": {ParameterChoice: &pb.InferParameter_Uint64Param{Uint64Param: 1}}},
+			Outputs: []*pb.ModelInferRequest_InferRequestedOutputTensor{{Name: "y", Parameters: map[string]*pb.InferParameter{"binary_data": {ParameterChoice: &pb.InferParameter_BoolParam{BoolParam: true}}}}}},
 	}
 	for _, s := range seeds {
 		b, err := proto.Marshal(s)
@@ -89,4 +92,36 @@ func FuzzGRPCInferRequest(f *testing.F) {
 			t.Fatalf("accepted %d elements over the limit %d", elems, lim.MaxTensorElements)
 		}
 	})
+}
+
+// The priority parameter is read as Triton reads it: an int64_param or a
+// uint64_param (Triton's Python and Go clients send the latter; issue 25
+// item 10 found it refused); anything else is refused naming both.
+func TestGRPCPriorityParam(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		p    *pb.InferParameter
+		want int
+		err  string
+	}{
+		{"int64", &pb.InferParameter{ParameterChoice: &pb.InferParameter_Int64Param{Int64Param: 2}}, 2, ""},
+		{"uint64", &pb.InferParameter{ParameterChoice: &pb.InferParameter_Uint64Param{Uint64Param: 3}}, 3, ""},
+		{"uint64 beyond int32", &pb.InferParameter{ParameterChoice: &pb.InferParameter_Uint64Param{Uint64Param: 1 << 63}}, math.MaxInt32, ""},
+		{"string", &pb.InferParameter{ParameterChoice: &pb.InferParameter_StringParam{StringParam: "1"}}, 0, "parameters.priority: want an int64_param or a uint64_param"},
+		{"bool", &pb.InferParameter{ParameterChoice: &pb.InferParameter_BoolParam{BoolParam: true}}, 0, "parameters.priority: want an int64_param or a uint64_param"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := &pb.ModelInferRequest{ModelName: "m", Parameters: map[string]*pb.InferParameter{"priority": tc.p}}
+			r, err := readGRPCInfer(req, 10, task.Limits{})
+			if tc.err != "" {
+				if err == nil || !errors.Is(err, task.ErrBadInput) || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want bad input saying %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil || r.task.Priority != tc.want {
+				t.Fatalf("priority %v, error %v; want %d", r.task, err, tc.want)
+			}
+		})
+	}
 }

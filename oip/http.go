@@ -29,10 +29,19 @@ type HTTPConfig struct {
 	// AuthToken, when set, is the bearer token every request but the
 	// health checks must carry (Authorization: Bearer <token>).
 	AuthToken string
-	// MaxConcurrentInfer bounds the infer requests in progress (reading
-	// the body included); one more is answered 503 with Retry-After at
-	// once. 0: models.DefaultHTTPMaxConcurrentRequests.
+	// MaxConcurrentInfer bounds the infer requests being admitted or run;
+	// a request takes its slot once its body has arrived, so a client
+	// that trickles its body holds none. One more is answered 503 with
+	// Retry-After (at once, unread, when every slot is taken as it
+	// arrives). 0: models.DefaultHTTPMaxConcurrentRequests.
 	MaxConcurrentInfer int
+	// MaxBodyMemory bounds the bytes of infer request bodies in memory,
+	// being read or held by a request in progress (a body's buffer
+	// follows the bytes that arrived); a request whose body would pass
+	// it is answered 503 with Retry-After. 0: MaxConcurrentInfer x
+	// models.DefaultMaxBodyBytes, the bound the slots gave when they were
+	// taken before the body was read.
+	MaxBodyMemory int64
 	// Routes are more handlers, by mux pattern, behind AuthToken too (the
 	// model repository extension, /v2/repository/...).
 	Routes map[string]http.Handler
@@ -101,6 +110,9 @@ func Handler[M Model](s Server[M], c HTTPConfig) http.Handler {
 	mountOIP(mux, s, c)
 	for pattern, rh := range c.Routes {
 		mux.Handle(pattern, rh)
+	}
+	if _, taken := c.Routes["/"]; !taken {
+		mux.HandleFunc("/", noRoute(mux))
 	}
 	return h
 }

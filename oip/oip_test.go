@@ -293,6 +293,7 @@ type bareOpts struct {
 	model   func(*models.Model)
 	batcher consumer.Batcher
 	http    func(*oip.HTTPConfig)
+	info    *tensor.ModelInfo // nil: consumertest.FakeInfo
 }
 
 func bareHandlerWith(tb testing.TB, o bareOpts) http.Handler {
@@ -329,8 +330,12 @@ func bareServer(tb testing.TB, o bareOpts) bare {
 	if o.model != nil {
 		o.model(&m)
 	}
+	info := consumertest.FakeInfo
+	if o.info != nil {
+		info = *o.info
+	}
 	srv := consumertest.Offline(tb, consumer.Config{Metrics: met,
-		Models: []consumer.Model{{Config: m, Info: consumertest.FakeInfo, Batcher: b}}})
+		Models: []consumer.Model{{Config: m, Info: info, Batcher: b}}})
 	return bare{srv: srv, reg: reg, met: met}
 }
 
@@ -501,4 +506,15 @@ func TestOIPConcurrencyCap(t *testing.T) {
 	if rec := infer(); rec.Code != http.StatusOK {
 		t.Errorf("after the held requests ended: %d %s", rec.Code, rec.Body)
 	}
+}
+
+// serveHTTP serves one request on h and returns what it answered.
+func serveHTTP(h http.Handler, method, path string, body []byte, header map[string]string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(method, path, bytes.NewReader(body))
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
 }

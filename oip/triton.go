@@ -4,6 +4,7 @@ import (
 	"math"
 	"path/filepath"
 
+	"github.com/inferq/inferq/admit"
 	"github.com/inferq/inferq/models"
 	pb "github.com/inferq/inferq/oip/inferencepb"
 	"github.com/inferq/inferq/tensor"
@@ -13,17 +14,21 @@ import (
 
 // tritonConfig is the configuration of the model configured c with tensors
 // info in Triton's terms (ModelConfig). The batcher stacks requests on the
-// first dim, so max_batch_size is batching.max_batch_size and the dims
-// leave that dim out, as Triton's do for a batching model.
+// first dim, so max_batch_size is the most rows admission lets a request
+// carry (admit.MaxBatchSize: batching.max_batch_size, or 0 for a model
+// with an input of fixed dim 0, which has no batch dim) and, when it is
+// above 0, the dims leave that dim out, as Triton's do for a batching
+// model.
 func tritonConfig(c *models.Model, info tensor.ModelInfo) *pb.ModelConfig {
+	maxBatch := admit.MaxBatchSize(c, info)
 	cfg := &pb.ModelConfig{
 		Name: c.Name, Platform: "onnxruntime_onnx", Backend: "onnxruntime",
-		MaxBatchSize:         clampInt32(c.Batching.MaxBatchSize),
+		MaxBatchSize:         clampInt32(maxBatch),
 		DefaultModelFilename: filepath.Base(c.Path),
 		InstanceGroup:        []*pb.ModelInstanceGroup{tritonInstances(*c)},
 		SchedulingChoice:     &pb.ModelConfig_DynamicBatching{DynamicBatching: tritonBatching(c.Batching)},
 	}
-	batched := c.Batching.MaxBatchSize > 0
+	batched := maxBatch > 0
 	for _, t := range info.Inputs {
 		cfg.Input = append(cfg.Input, &pb.ModelInput{Name: t.Name, DataType: tritonDType(t), Dims: tritonDims(t.Dims, batched)})
 	}

@@ -62,7 +62,7 @@ func (t *Task) split(body []byte, tags map[string]string) ([]byte, error) {
 func (r *inputReader) binaryTensor(w wireTensor, info tensor.TensorInfo, binary bool, bin []byte) (tensor.Tensor, error) {
 	switch {
 	case !binary:
-		return tensor.Tensor{}, badInput(w.name, "binary_data_size needs the binary form (content-type %s)", ContentTypeBinary)
+		return tensor.Tensor{}, badInput(w.name, "binary_data_size needs %s", r.binaryForm())
 	case w.data != nil:
 		return tensor.Tensor{}, badInput(w.name, "both data and binary_data_size")
 	case !w.hasShape:
@@ -82,9 +82,9 @@ func (r *inputReader) binaryTensor(w wireTensor, info tensor.TensorInfo, binary 
 // (what names the size in errors), and BYTES elements. The tensor aliases
 // data.
 func (r *inputReader) rawTensor(w wireTensor, info tensor.TensorInfo, data []byte, what string) (tensor.Tensor, error) {
-	shape, ok := fitShape(info, w.shape)
-	if !ok {
-		return tensor.Tensor{}, mismatch(info, info.DType, shape)
+	shape, err := fitShape(info, w.shape)
+	if err != nil {
+		return tensor.Tensor{}, err
 	}
 	n := tensor.NumElements(shape)
 	if n < 0 {

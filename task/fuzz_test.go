@@ -105,7 +105,7 @@ func FuzzParseInputs(f *testing.F) {
 				if in.Name != m.Inputs[i].Name || in.DType != m.Inputs[i].DType {
 					t.Fatalf("input %d = %v, model %v", i, in, m.Inputs[i])
 				}
-				if _, ok := fitShape(m.Inputs[i], in.Shape); !ok || len(in.Shape) != len(m.Inputs[i].Dims) {
+				if _, err := fitShape(m.Inputs[i], in.Shape); err != nil || len(in.Shape) != len(m.Inputs[i].Dims) {
 					t.Fatalf("input %v does not fit %v", in, m.Inputs[i])
 				}
 			}

@@ -29,12 +29,12 @@ func ParseInfer(body []byte, headerLen string, lim Limits) (*Task, error) {
 	if int64(len(body)) > lim.MaxBodyBytes {
 		return nil, fmt.Errorf("%w: body of %d bytes, limit %d", ErrTooLarge, len(body), lim.MaxBodyBytes)
 	}
-	t := &Task{Attempt: 1, Size: len(body), maxElems: lim.MaxTensorElements, inputsPath: "inputs"}
+	t := &Task{Attempt: 1, Size: len(body), maxElems: lim.MaxTensorElements, inputsPath: "inputs", infer: true}
 	header := body
 	if headerLen = strings.TrimSpace(headerLen); headerLen != "" {
 		n, err := strconv.Atoi(headerLen)
 		if err != nil || n < 0 || n > len(body) {
-			return nil, fmt.Errorf("%w: Inference-Header-Content-Length %q does not fit a body of %d bytes", ErrUndecodable, headerLen, len(body))
+			return nil, fmt.Errorf("%w: %s %q does not fit a body of %d bytes", ErrUndecodable, HeaderInferenceLength, headerLen, len(body))
 		}
 		header, t.Binary, t.bin = body[:n], true, body[n:]
 	}
@@ -131,7 +131,7 @@ type RawTensor struct {
 func NewInfer(id string, inputs []RawTensor, outputs []OutputRequest, binaryOutputs bool, size int, lim Limits) *Task {
 	lim = lim.withDefaults()
 	t := &Task{ID: id, Attempt: 1, Size: size, Outputs: outputs, BinaryOutputs: binaryOutputs,
-		maxElems: lim.MaxTensorElements, inputsPath: "inputs", wire: make([]wireTensor, len(inputs))}
+		maxElems: lim.MaxTensorElements, inputsPath: "inputs", infer: true, wire: make([]wireTensor, len(inputs))}
 	for i, in := range inputs {
 		t.wire[i] = wireTensor{name: in.Name, dtName: in.Datatype, shape: in.Shape, hasShape: true, binSize: -1, raw: in.Data, hasRaw: true}
 	}

@@ -182,7 +182,7 @@ func (w *wireTensor) decodeNow(b []byte, v int, max int64) (int, bool) {
 // name the input (those over lim.MaxTensorElements wrap ErrTooLarge too).
 func (t *Task) Inputs(model tensor.ModelInfo, lim Limits) ([]tensor.Tensor, error) {
 	lim = lim.withDefaults()
-	r := inputReader{model: model, budget: lim.MaxTensorElements, out: make([]tensor.Tensor, len(model.Inputs)), path: t.inputsPath}
+	r := inputReader{model: model, budget: lim.MaxTensorElements, out: make([]tensor.Tensor, len(model.Inputs)), path: t.inputsPath, infer: t.infer}
 	if r.path == "" {
 		r.path = "kwargs.inputs"
 	}
@@ -206,6 +206,10 @@ func (t *Task) Inputs(model tensor.ModelInfo, lim Limits) ([]tensor.Tensor, erro
 		return nil, err
 	}
 	if t.Binary && r.off != len(t.bin) {
+		if t.infer {
+			return nil, fmt.Errorf("%w: binary tensor extension: the binary_data_size values add up to %d bytes, the body carries %d after the %d bytes of JSON that %s gives",
+				ErrBadInput, r.off, len(t.bin), t.Size-len(t.bin), HeaderInferenceLength)
+		}
 		return nil, fmt.Errorf("%w: binary form: the header's binary_data_size values add up to %d bytes, the body carries %d after the header", ErrBadInput, r.off, len(t.bin))
 	}
 	for i, tn := range r.out {
@@ -223,6 +227,27 @@ type inputReader struct {
 	out    []tensor.Tensor
 	off    int    // binary bytes consumed
 	path   string // where form 1's list sits, for errors
+	infer  bool   // an infer request: Task.infer
+}
+
+// HeaderInferenceLength is the binary tensor extension's header over HTTP:
+// the length of the JSON part of an infer request's body (ParseInfer's
+// headerLen).
+const HeaderInferenceLength = "Inference-Header-Content-Length"
+
+// binaryForm is how errors tell the client to send tensors raw: for a task
+// or query the binary form's content type, for an infer request the
+// binary tensor extension's header (Triton's, over HTTP).
+func (r *inputReader) binaryForm() string {
+	if r.infer {
+		return "the binary tensor extension (the " + HeaderInferenceLength + " header giving the length of the JSON, the raw data after it)"
+	}
+	return "the binary form (content-type " + ContentTypeBinary + ")"
+}
+
+// fp16JSON refuses FP16 data in JSON, naming the way to send it.
+func (r *inputReader) fp16JSON(name string) error {
+	return badInput(name, "FP16 data needs %s; JSON numbers carry no half floats", r.binaryForm())
 }
 
 func (r *inputReader) names() string {
@@ -259,21 +284,24 @@ func mismatch(info tensor.TensorInfo, dt tensor.DType, shape []int64) error {
 		info.DType, tensor.FormatShape(info.Dims), dt, tensor.FormatShape(shape))
 }
 
-// fitShape adds the batch dim to one-row data and checks the shape against
-// the model's dims.
-func fitShape(info tensor.TensorInfo, shape []int64) ([]int64, bool) {
+// fitShape adds the batch dim to one-row data (one dim fewer than the
+// model's) and checks the shape against the model's dims. The error names
+// the shape as sent, never the one with the added dim: the client never
+// sent that.
+func fitShape(info tensor.TensorInfo, sent []int64) ([]int64, error) {
+	shape := sent
 	if len(info.Dims) > 0 && len(shape) == len(info.Dims)-1 {
 		shape = append([]int64{1}, shape...)
 	}
 	if len(shape) != len(info.Dims) {
-		return shape, false
+		return nil, mismatch(info, info.DType, sent)
 	}
 	for k, d := range info.Dims {
 		if d >= 0 && shape[k] != d {
-			return shape, false
+			return nil, mismatch(info, info.DType, sent)
 		}
 	}
-	return shape, true
+	return shape, nil
 }
 
 // take charges n elements to the budget.
@@ -340,6 +368,9 @@ func (r *inputReader) oip(list []wireTensor, binary bool, bin []byte) error {
 }
 
 func (r *inputReader) jsonTensor(w wireTensor, info tensor.TensorInfo) (tensor.Tensor, error) {
+	if info.DType == tensor.FP16 {
+		return tensor.Tensor{}, r.fp16JSON(w.name)
+	}
 	if !w.hasShape { // shape from the nesting
 		if !w.dec {
 			tn, _, err := r.nested(w.name, info, w.data, 0)
@@ -350,9 +381,9 @@ func (r *inputReader) jsonTensor(w wireTensor, info tensor.TensorInfo) (tensor.T
 		}
 		return r.fit(w.name, info, w.decoded, w.got)
 	}
-	shape, ok := fitShape(info, w.shape)
-	if !ok {
-		return tensor.Tensor{}, mismatch(info, info.DType, shape)
+	shape, err := fitShape(info, w.shape)
+	if err != nil {
+		return tensor.Tensor{}, err
 	}
 	n := tensor.NumElements(shape)
 	if n < 0 {
@@ -392,6 +423,9 @@ func (r *inputReader) jsonTensor(w wireTensor, info tensor.TensorInfo) (tensor.T
 // nested decodes the nested array at b[i], whose shape comes from the
 // nesting, as the model's input info, and returns the offset past it.
 func (r *inputReader) nested(name string, info tensor.TensorInfo, b []byte, i int) (tensor.Tensor, int, error) {
+	if info.DType == tensor.FP16 {
+		return tensor.Tensor{}, i, r.fp16JSON(name)
+	}
 	data, got, end, err := decodeArray(b, i, info.DType, capHint(b[i:], info.DType, r.budget), r.budget)
 	if err != nil {
 		return tensor.Tensor{}, end, badInput(name, "%w", err)
@@ -403,9 +437,9 @@ func (r *inputReader) nested(name string, info tensor.TensorInfo, b []byte, i in
 // fit checks decoded data of shape got against the model's input and
 // charges it to the budget.
 func (r *inputReader) fit(name string, info tensor.TensorInfo, data []byte, got []int64) (tensor.Tensor, error) {
-	shape, ok := fitShape(info, got)
-	if !ok {
-		return tensor.Tensor{}, mismatch(info, info.DType, shape)
+	shape, err := fitShape(info, got)
+	if err != nil {
+		return tensor.Tensor{}, err
 	}
 	if err := r.take(name, tensor.NumElements(shape)); err != nil {
 		return tensor.Tensor{}, err

@@ -169,7 +169,7 @@ var inputCases = []struct {
 	{name: "named unknown", model: mlpModel, body: body(`{"x":`+seq(16, 1)+`,"y":[1]}`, ""),
 		err: ErrBadInput, msg: []string{`input "y": not an input of the model`}},
 	{name: "named mismatch", model: mlpModel, body: body(`{"x":`+seq(15, 1)+`}`, ""),
-		err: ErrBadInput, msg: []string{`input "x": expected FP32 [-1,16], got FP32 [1,15]`}},
+		err: ErrBadInput, msg: []string{`input "x": expected FP32 [-1,16], got FP32 [15]`}},
 	{name: "named missing", model: tensor.ModelInfo{Inputs: []tensor.TensorInfo{info("a", tensor.INT32, -1), info("b", tensor.INT32, -1)}},
 		body: body(`{"a":[1,2]}`, ""), err: ErrBadInput, msg: []string{`input "b": missing`}},
 	{name: "named two", model: tensor.ModelInfo{Inputs: []tensor.TensorInfo{info("a", tensor.INT32, -1), info("b", tensor.FP64, -1, 2)}},
@@ -204,7 +204,7 @@ var inputCases = []struct {
 	{name: "args over limit", model: mlpModel, lim: Limits{MaxTensorElements: 16}, body: body(`{}`, `[[`+seq(16, 2)+`,`+seq(16, 2)+`]]`),
 		err: ErrTooLarge, msg: []string{`input "x"`, `more than 16 elements`}},
 	{name: "args empty array", model: mlpModel, body: body(`{}`, `[[]]`),
-		err: ErrBadInput, msg: []string{`input "x": expected FP32 [-1,16], got FP32 [1,0]`}},
+		err: ErrBadInput, msg: []string{`input "x": expected FP32 [-1,16], got FP32 [0]`}},
 	{name: "no inputs", model: mlpModel, body: body(`{"outputs":["y"]}`, `[]`),
 		err: ErrBadInput, msg: []string{`no inputs`}},
 	{name: "model type not carried", model: tensor.ModelInfo{Inputs: []tensor.TensorInfo{{Name: "q", Dims: []int64{-1}, ONNXType: "BFLOAT16"}}},
@@ -361,4 +361,50 @@ func TestBinaryErrors(t *testing.T) {
 	tk, _ = Parse(b, tags, Limits{})
 	_, err = tk.Inputs(tensor.ModelInfo{Inputs: []tensor.TensorInfo{info("text", tensor.BYTES, -1)}}, Limits{})
 	wantErr(t, err, ErrBadInput, `input "text"`, "needs 1 elements, data holds 2")
+}
+
+// A shape error names the input, the model's dims and the shape the client
+// sent, as sent: data one dim short of the model's is read as one row, but
+// the row's added dim 1 never shows in the error (issue 25 item 2: [1,3,320]
+// sent to a [-1,3,-1,-1] model was reported as [1,1,3,320]). Every form
+// that carries a shape: JSON with "shape", shape from the nesting, named
+// kwargs, args[0], the binary form and raw tensors (gRPC).
+func TestShapeErrorShowsShapeAsSent(t *testing.T) {
+	model := tensor.ModelInfo{Inputs: []tensor.TensorInfo{info("images", tensor.FP32, -1, 3, -1, -1)}}
+	const want = `input "images": expected FP32 [-1,3,-1,-1], got FP32 [1,3,2]`
+	nested := "[[" + seq(2, 0) + "," + seq(2, 2) + "," + seq(2, 4) + "]]" // [1,3,2]
+	for _, tc := range []struct {
+		name string
+		body string
+		tags map[string]string
+	}{
+		{"shape", body(`{"inputs":[{"name":"images","shape":[1,3,2],"datatype":"FP32","data":`+seq(6, 0)+`}]}`, ""), nil},
+		{"data before shape", body(`{"inputs":[{"name":"images","data":`+seq(6, 0)+`,"datatype":"FP32","shape":[1,3,2]}]}`, ""), nil},
+		{"nesting", body(`{"inputs":[{"name":"images","datatype":"FP32","data":`+nested+`}]}`, ""), nil},
+		{"named", body(`{"images":`+nested+`}`, ""), nil},
+		{"args", body(`{}`, `[`+nested+`]`), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tk, err := Parse([]byte(tc.body), tc.tags, Limits{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = tk.Inputs(model, Limits{})
+			wantErr(t, err, ErrBadInput, want)
+		})
+	}
+	t.Run("binary", func(t *testing.T) {
+		b, tags := binaryBody(binHeader(binTensor("images", "FP32", "[1,3,2]", 24)), make([]byte, 24))
+		tk, err := Parse(b, tags, Limits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = tk.Inputs(model, Limits{})
+		wantErr(t, err, ErrBadInput, want)
+	})
+	t.Run("raw", func(t *testing.T) {
+		tk := NewInfer("", []RawTensor{{Name: "images", Datatype: "FP32", Shape: []int64{1, 3, 2}, Data: make([]byte, 24)}}, nil, false, 100, Limits{})
+		_, err := tk.Inputs(model, Limits{})
+		wantErr(t, err, ErrBadInput, want)
+	})
 }

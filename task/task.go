@@ -171,6 +171,10 @@ type Task struct {
 	bin   []byte       // the binary form's data after the header
 
 	inputsPath string // where wire sits, for errors ("" is kwargs.inputs)
+	// infer: an Open Inference Protocol infer request (ParseInfer,
+	// NewInfer), whose binary form is the binary tensor extension, named
+	// in errors by its header rather than the broker's content type.
+	infer bool
 
 	maxElems int64 // Limits.MaxTensorElements while parsing
 }

@@ -6,9 +6,10 @@
 // go_package: the generator maps it to this package with protoc's M option
 // (see doc.go).
 //
-// inferq's one change: the import of triton_extensions.proto and, at the
-// end of the service, five of Triton's RPCs (Triton's names and messages),
-// each marked "inferq".
+// inferq's changes: the import of triton_extensions.proto; at the end of
+// the service, five of Triton's RPCs (Triton's names and messages); in
+// InferParameter, Triton's double_param and uint64_param; each marked
+// "inferq".
 //
 // Regenerate the Go code with `go generate ./oip/inferencepb`.
 
