@@ -95,11 +95,16 @@ func (p *pubSub) sendEvent(ev *pb.Event) (*pb.Result, error) {
 		ev.EventID = p.ids.next()
 	}
 	if ev.Store {
+		if p.persist != nil {
+			if err := p.persist.failed(); err != nil {
+				return nil, refused(err)
+			}
+		}
 		c := p.storeChannel(ev.Channel)
 		seq := c.append(ev, time.Now())
 		if p.persist != nil {
 			if err := p.persist.sync(); err != nil {
-				return nil, err
+				return nil, refused(err)
 			}
 			c.publish(seq)
 		}

@@ -139,6 +139,7 @@ func snapshotName(dir string, n uint64) string {
 type wal struct {
 	dir      string
 	segBytes int64
+	fault    faultFunc
 	rotated  func(seg uint64, size int64) // called by the writer after it closed a full segment
 
 	mu       sync.Mutex
@@ -158,11 +159,11 @@ type wal struct {
 }
 
 // openWAL starts segment seg in dir (which must not hold it) and its writer.
-func openWAL(dir string, seg uint64, segBytes int64, rotated func(uint64, int64)) (*wal, error) {
-	w := &wal{dir: dir, segBytes: segBytes, rotated: rotated, seg: seg, done: make(chan struct{})}
+func openWAL(dir string, seg uint64, segBytes int64, fault faultFunc, rotated func(uint64, int64)) (*wal, error) {
+	w := &wal{dir: dir, segBytes: segBytes, fault: fault, rotated: rotated, seg: seg, done: make(chan struct{})}
 	w.pending = sync.NewCond(&w.mu)
 	w.flushed = sync.NewCond(&w.mu)
-	f, err := createSynced(segmentName(dir, seg))
+	f, err := createSynced(segmentName(dir, seg), fault)
 	if err != nil {
 		return nil, err
 	}
@@ -173,25 +174,32 @@ func openWAL(dir string, seg uint64, segBytes int64, rotated func(uint64, int64)
 
 // createSynced creates path (it must not exist) and fsyncs its directory, so
 // the file survives a crash.
-func createSynced(path string) (*os.File, error) {
+func createSynced(path string, fault faultFunc) (*os.File, error) {
+	if err := fault.check("create", path); err != nil {
+		return nil, fmt.Errorf("broker: create %s: %w", path, err)
+	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("broker: create %s: %w", path, err)
 	}
-	if err := syncDir(filepath.Dir(path)); err != nil {
+	if err := syncDir(filepath.Dir(path), fault); err != nil {
 		f.Close()
 		return nil, err
 	}
 	return f, nil
 }
 
-func syncDir(dir string) error {
+func syncDir(dir string, fault faultFunc) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return fmt.Errorf("broker: open data dir %s: %w", dir, err)
 	}
 	defer d.Close()
-	if err := d.Sync(); err != nil {
+	err = fault.check("sync", dir)
+	if err == nil {
+		err = d.Sync()
+	}
+	if err != nil {
 		return fmt.Errorf("broker: fsync data dir %s: %w", dir, err)
 	}
 	return nil
@@ -212,6 +220,13 @@ func (w *wal) append(typ byte, body func([]byte) []byte) uint64 {
 	w.mu.Unlock()
 	w.pending.Signal()
 	return n
+}
+
+// failed returns the log's failure, nil while it works.
+func (w *wal) failed() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
 }
 
 // last is the number of the last record appended.
@@ -271,11 +286,18 @@ func (w *wal) run() {
 // write writes buf to the segment, fsyncs it, and starts the next segment
 // when this one is full.
 func (w *wal) write(buf []byte) error {
-	if _, err := w.f.Write(buf); err != nil {
-		return fmt.Errorf("broker: write %s: %w", w.f.Name(), err)
+	name := w.f.Name()
+	err := w.fault.check("write", name)
+	if err == nil {
+		_, err = w.f.Write(buf)
 	}
-	if err := w.f.Sync(); err != nil {
-		return fmt.Errorf("broker: fsync %s: %w", w.f.Name(), err)
+	if err == nil {
+		if err = w.fault.check("sync", name); err == nil {
+			err = w.f.Sync()
+		}
+	}
+	if err != nil { // *os.PathError: the operation and the file
+		return fmt.Errorf("broker: data dir log: %w", err)
 	}
 	w.size += int64(len(buf))
 	if w.size < w.segBytes {
@@ -286,7 +308,7 @@ func (w *wal) write(buf []byte) error {
 	}
 	full, size := w.seg, w.size
 	w.f = nil
-	f, err := createSynced(segmentName(w.dir, full+1))
+	f, err := createSynced(segmentName(w.dir, full+1), w.fault)
 	if err != nil {
 		return err
 	}
@@ -319,3 +341,33 @@ func (w *wal) close() error {
 }
 
 var errWALClosed = errors.New("broker: data dir log closed")
+
+// faultFunc, in tests only (Options.diskFault), makes the data dir's file
+// operations fail as a full or broken disk would: it is asked before each
+// create, write, fsync ("sync") and rename of a file of the data dir, with
+// the operation and the path, and an error it returns is that operation's.
+type faultFunc func(op, path string) error
+
+func (f faultFunc) check(op, path string) error {
+	if f == nil {
+		return nil
+	}
+	if err := f(op, path); err != nil {
+		return &os.PathError{Op: op, Path: path, Err: err}
+	}
+	return nil
+}
+
+// faultWriter is w, asking fault before each write.
+type faultWriter struct {
+	w     io.Writer
+	fault faultFunc
+	path  string
+}
+
+func (f faultWriter) Write(b []byte) (int, error) {
+	if err := f.fault.check("write", f.path); err != nil {
+		return 0, err
+	}
+	return f.w.Write(b)
+}

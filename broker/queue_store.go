@@ -240,47 +240,99 @@ func (st *queueStore) send(msgs []*pb.QueueMessage, now int64) {
 	}
 }
 
-// sendBatch prepares and stores msgs and returns one result per message.
+// sendBatch prepares and stores msgs and returns one result per message;
+// with a data dir it returns once they are on disk.
 func (st *queueStore) sendBatch(msgs []*pb.QueueMessage) ([]*pb.SendQueueMessageResult, bool) {
+	s := st.admit(msgs)
+	s.commit(st.await(s.mark))
+	return s.results, s.haveErrors
+}
+
+// sending is a batch of sends admitted: checked and, with a data dir,
+// logged. Its messages reach their queues when commit is told that they
+// are on disk, so that no consumer sees a message a crash takes back, and a
+// message the disk refused is nowhere.
+type sending struct {
+	st         *queueStore
+	results    []*pb.SendQueueMessageResult
+	ok         []*pb.QueueMessage // the messages admitted, in order
+	haveErrors bool
+	mark       uint64 // the log's last record once they were logged
+}
+
+// admit prepares msgs and logs the valid ones; commit stores them.
+func (st *queueStore) admit(msgs []*pb.QueueMessage) *sending {
 	now := time.Now().UnixNano()
-	results := make([]*pb.SendQueueMessageResult, len(msgs))
-	haveErrors := false
+	s := &sending{st: st, results: make([]*pb.SendQueueMessageResult, len(msgs)), ok: msgs}
+	var down error
+	if st.persist != nil {
+		if err := st.persist.failed(); err != nil {
+			down = refused(err)
+		}
+	}
 	for i, m := range msgs {
-		results[i] = st.prepare(m, now)
-		haveErrors = haveErrors || results[i].IsError
+		r := st.prepare(m, now)
+		if !r.IsError && down != nil {
+			r.IsError, r.Error = true, down.Error()
+		}
+		s.results[i] = r
+		s.haveErrors = s.haveErrors || r.IsError
 	}
-	ok := msgs
-	if haveErrors {
-		ok = make([]*pb.QueueMessage, 0, len(msgs))
+	if s.haveErrors {
+		s.ok = make([]*pb.QueueMessage, 0, len(msgs))
 		for i, m := range msgs {
-			if !results[i].IsError {
-				ok = append(ok, m)
+			if !s.results[i].IsError {
+				s.ok = append(s.ok, m)
 			}
 		}
 	}
-	st.send(ok, now)
-	if err := st.sync(); err != nil {
-		for _, r := range results {
-			if !r.IsError {
-				r.IsError, r.Error = true, err.Error()
-			}
+	if p := st.persist; p != nil && len(s.ok) > 0 {
+		for _, m := range s.ok {
+			p.putNew(m)
 		}
-		haveErrors = true
+		s.mark = p.mark()
 	}
-	return results, haveErrors
+	return s
+}
+
+// commit stores the admitted messages, or with err (the data dir failed
+// to keep them) refuses them.
+func (s *sending) commit(err error) {
+	if len(s.ok) == 0 {
+		return
+	}
+	if err == nil {
+		s.st.send(s.ok, time.Now().UnixNano())
+		return
+	}
+	msg := refused(err).Error()
+	for _, m := range s.ok {
+		s.st.persist.forget(m)
+	}
+	for _, r := range s.results {
+		if !r.IsError {
+			r.IsError, r.Error = true, msg
+		}
+	}
+	s.haveErrors = true
 }
 
 // sync waits until what was logged is on disk (a no-op without a data
-// dir). A failed data dir is reported to senders; the rest goes on from
-// memory.
+// dir). A failed data dir is logged; what was stored goes on from memory.
 func (st *queueStore) sync() error {
 	if st.persist == nil {
 		return nil
 	}
-	if err := st.persist.sync(); err != nil {
-		return fmt.Errorf("broker: message kept in memory only: %w", err)
+	return st.persist.sync()
+}
+
+// await waits until the log's records up to n are on disk (a no-op
+// without a data dir).
+func (st *queueStore) await(n uint64) error {
+	if st.persist == nil {
+		return nil
 	}
-	return nil
+	return st.persist.await(n)
 }
 
 // restore loads the messages a data dir kept (Open, before serving), in

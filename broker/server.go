@@ -67,6 +67,10 @@ type Options struct {
 	// TLS, when its Cert and Key are set, serves gRPC over TLS; its
 	// ClientCA makes it mutual TLS. The files are read at each Start.
 	TLS TLSFiles
+
+	// diskFault, set by tests (export_test.go), fails data dir file
+	// operations as a full disk would (faultFunc).
+	diskFault faultFunc
 }
 
 func (o *Options) setDefaults() {
