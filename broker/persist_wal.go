@@ -38,6 +38,10 @@ import (
 // is answered after its records are written and fsynced. One writer goroutine
 // does the writes: it takes everything appended since its last write, writes
 // it and fsyncs once, so concurrent callers share one fsync (group commit).
+// A stream's requests are concurrent callers too: its handler reads the next
+// request while the previous one's answer waits for the disk (answerer), so
+// a client that sends without waiting for each answer (inferq's results on
+// one events store stream) gets one fsync per group, not per request.
 // Deliveries (a receive count going up, a stranded or released message) are
 // logged but not waited for: they reach the disk with the next write, and
 // losing one only makes a receive count lower after a crash.

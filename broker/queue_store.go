@@ -749,19 +749,20 @@ func (q *queue) purge(ctx context.Context, wait time.Duration) (uint64, error) {
 	}
 }
 
-// ack settles held messages as done. With a data dir it returns once that
-// is on disk.
+// ack settles held messages as done. With a data dir the caller answers
+// once that is on disk (queueStore.sync or an answerer); a failed data dir
+// is logged, and the ack stands in memory.
 func (q *queue) ack(msgs []*pb.QueueMessage) {
 	q.mu.Lock()
 	q.inflight -= len(msgs)
 	q.logGoneAll(msgs)
 	q.mu.Unlock()
-	_ = q.st.sync() // a failed data dir is logged; the ack stands in memory
 }
 
 // nack settles held messages as failed: each goes back to the tail as a
 // new publish, or, when this was its last allowed receive, to its dead
-// letter queue or nowhere.
+// letter queue or nowhere. With a data dir the caller answers once that is
+// on disk, as for ack.
 func (q *queue) nack(msgs []*pb.QueueMessage) {
 	var routed []*pb.QueueMessage
 	now := time.Now().UnixNano()
@@ -780,7 +781,6 @@ func (q *queue) nack(msgs []*pb.QueueMessage) {
 	q.wakeLocked()
 	q.mu.Unlock()
 	q.st.reroute(routed)
-	_ = q.st.sync()
 }
 
 // release puts held messages back at the head, in order, as if they had
@@ -822,6 +822,7 @@ func (q *queue) restoreLocked(msgs []*pb.QueueMessage) {
 
 // requeue settles held messages by sending copies to channel, as new
 // messages with the same id (KubeMQ re-sends them through its send path).
+// With a data dir the caller answers once that is on disk, as for ack.
 func (st *queueStore) requeue(q *queue, msgs []*pb.QueueMessage, channel string) error {
 	now := time.Now().UnixNano()
 	copies := make([]*pb.QueueMessage, 0, len(msgs))
