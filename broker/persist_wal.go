@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"syscall"
+	"time"
 )
 
 // The data directory's log: a write-ahead log of the broker's own, in
@@ -140,19 +142,29 @@ func snapshotName(dir string, n uint64) string {
 
 // wal appends records to the current segment through one writer goroutine.
 // Its methods are safe for concurrent use.
+//
+// The writer writes at once when someone waits for a record (wait: a send,
+// an events store send); records nobody waits for now (deliveries, and
+// settlements, whose answers waitLazy: kubemq-go does not wait for them)
+// wait up to walLazyWrite for such a write to take them along, so that
+// they do not start an fsync of their own that the next send would have to
+// wait behind (on a busy disk, about one fsync more per task batch).
 type wal struct {
 	dir      string
 	segBytes int64
 	fault    faultFunc
 	rotated  func(seg uint64, size int64) // called by the writer after it closed a full segment
 
+	kick chan struct{} // wakes the writer (cap 1): a wait, a first record, or closing
+
 	mu       sync.Mutex
-	pending  *sync.Cond // data appended, or closing
 	flushed  *sync.Cond // synced moved, or err set
 	buf      []byte
 	spare    []byte
-	appended uint64 // records appended
-	synced   uint64 // records written and fsynced
+	since    time.Time // when the oldest record of buf was appended
+	appended uint64    // records appended
+	want     uint64    // the highest record someone waits for (wait)
+	synced   uint64    // records written and fsynced
 	err      error
 	closing  bool
 
@@ -162,10 +174,13 @@ type wal struct {
 	done chan struct{}
 }
 
+// walLazyWrite is how long a record nobody waits for may wait to be
+// written with others (a settlement's answer waits as long, and more).
+const walLazyWrite = 10 * time.Millisecond
+
 // openWAL starts segment seg in dir (which must not hold it) and its writer.
 func openWAL(dir string, seg uint64, segBytes int64, fault faultFunc, rotated func(uint64, int64)) (*wal, error) {
-	w := &wal{dir: dir, segBytes: segBytes, fault: fault, rotated: rotated, seg: seg, done: make(chan struct{})}
-	w.pending = sync.NewCond(&w.mu)
+	w := &wal{dir: dir, segBytes: segBytes, fault: fault, rotated: rotated, seg: seg, kick: make(chan struct{}, 1), done: make(chan struct{})}
 	w.flushed = sync.NewCond(&w.mu)
 	f, err := createSynced(segmentName(dir, seg), fault)
 	if err != nil {
@@ -218,12 +233,25 @@ func (w *wal) append(typ byte, body func([]byte) []byte) uint64 {
 		w.mu.Unlock()
 		return n
 	}
+	first := len(w.buf) == 0
+	if first {
+		w.since = time.Now()
+	}
 	w.buf = walAppend(w.buf, typ, body)
 	w.appended++
 	n := w.appended
 	w.mu.Unlock()
-	w.pending.Signal()
+	if first {
+		w.wake() // the writer times the lazy write from it
+	}
 	return n
+}
+
+func (w *wal) wake() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
 }
 
 // failed returns the log's failure, nil while it works.
@@ -240,10 +268,23 @@ func (w *wal) last() uint64 {
 	return w.appended
 }
 
-// wait blocks until record n is on disk, or the log failed.
-func (w *wal) wait(n uint64) error {
+// wait blocks until record n is on disk, or the log failed; the writer
+// writes it at once.
+func (w *wal) wait(n uint64) error { return w.waitFor(n, true) }
+
+// waitLazy is wait without hurrying the writer: record n is written with
+// the next write someone waits for, or within walLazyWrite.
+func (w *wal) waitLazy(n uint64) error { return w.waitFor(n, false) }
+
+func (w *wal) waitFor(n uint64, now bool) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if now && n > w.want {
+		w.want = n
+		if n > w.synced {
+			w.wake()
+		}
+	}
 	for w.synced < n && w.err == nil {
 		w.flushed.Wait()
 	}
@@ -254,21 +295,37 @@ func (w *wal) wait(n uint64) error {
 }
 
 // run is the writer: it writes and fsyncs what was appended, as one batch,
-// until close.
+// when someone waits for it or walLazyWrite after its first record, until
+// close.
 func (w *wal) run() {
 	defer close(w.done)
+	lazy := time.NewTimer(time.Hour)
+	lazy.Stop()
 	for {
 		w.mu.Lock()
-		for len(w.buf) == 0 && !w.closing {
-			w.pending.Wait()
-		}
-		if len(w.buf) == 0 || w.err != nil {
+		if w.err != nil || (len(w.buf) == 0 && w.closing) {
 			w.mu.Unlock()
 			if w.f != nil {
 				w.f.Close()
 			}
 			return
 		}
+		if len(w.buf) == 0 {
+			w.mu.Unlock()
+			<-w.kick
+			continue
+		}
+		if due := time.Until(w.since.Add(walLazyWrite)); due > 0 && w.want <= w.synced && !w.closing {
+			w.mu.Unlock()
+			lazy.Reset(due)
+			select {
+			case <-w.kick:
+			case <-lazy.C:
+			}
+			lazy.Stop()
+			continue
+		}
+		w.gatherLocked()
 		buf, target := w.buf, w.appended
 		w.buf = w.spare[:0]
 		w.mu.Unlock()
@@ -285,6 +342,41 @@ func (w *wal) run() {
 		w.flushed.Broadcast()
 		w.mu.Unlock()
 	}
+}
+
+// gatherLocked lets the records still coming join the write: when more
+// were appended after the one waited for (a stream's requests, read one
+// after the other while its first answer waits), the writer waits while
+// they keep coming, walGatherPause at a time, up to walGatherMax. A lone
+// waiter is written at once. w.mu is held; it is released while waiting.
+func (w *wal) gatherLocked() {
+	if w.closing || w.want <= w.synced || w.appended <= w.want {
+		return
+	}
+	start := time.Now()
+	for time.Since(start) < walGatherMax {
+		seen := w.appended
+		w.mu.Unlock()
+		pause()
+		w.mu.Lock()
+		if w.appended == seen {
+			return
+		}
+	}
+}
+
+// walGatherPause and walGatherMax bound gatherLocked: about a tenth of a
+// fast fsync, and a fraction of a slow one.
+const (
+	walGatherPause = 50 * time.Microsecond
+	walGatherMax   = time.Millisecond
+)
+
+// pause sleeps walGatherPause (a nanosleep: time.Sleep rounds sub
+// millisecond sleeps up to a millisecond on an idle process).
+func pause() {
+	ts := syscall.NsecToTimespec(int64(walGatherPause))
+	_ = syscall.Nanosleep(&ts, nil)
 }
 
 // write writes buf to the segment, fsyncs it, and starts the next segment
@@ -329,7 +421,7 @@ func (w *wal) close() error {
 	w.mu.Lock()
 	w.closing = true
 	w.mu.Unlock()
-	w.pending.Broadcast()
+	w.wake()
 	<-w.done
 	w.mu.Lock()
 	defer w.mu.Unlock()
