@@ -47,9 +47,9 @@ import (
 // (written to a temporary file, fsynced, renamed), then removes what it
 // replaces. Open does the same with every segment it found before it serves.
 // The events store's bounds and retention apply there too, so the disk holds
-// about twice what memory holds plus two segments. A compaction holds a
-// second copy of the live data in memory while it runs (the broker's own
-// stores are not locked for it).
+// about twice what memory holds plus three segments (one zero-filled ahead,
+// persist_wal.go). A compaction holds a second copy of the live data in
+// memory while it runs (the broker's own stores are not locked for it).
 //
 // Events store events reach subscribers only once on disk
 // (storeChannel.published), so no subscriber sees an event a crash takes
@@ -248,7 +248,7 @@ func (p *persister) fail(err error) {
 // full segments since the last snapshot are as big as it: a compaction
 // rewrites every live message and event, so a big backlog is rewritten
 // after as many bytes of log, not after every segment, and the disk holds
-// at most about twice the live data and two segments.
+// at most about twice the live data and three segments.
 func (p *persister) rotated(seg uint64, size int64) {
 	p.logged += size
 	if p.logged < p.snapBytes.Load() {

@@ -33,7 +33,8 @@ import (
 // died. Nothing written after it in that segment was answered (a record is
 // acknowledged only once fsynced, and records are written in order), so it is
 // skipped. A new segment is started at each open, so a torn tail is never
-// appended to.
+// appended to. A header of zeros ends a segment without a tear: the rest of
+// a segment zero-filled ahead of need (wal.prepare).
 //
 // fsync policy (the bar is KubeMQ's, whose NATS Streaming file store syncs
 // each flush): every send, ack, nack, requeue, ack-all and events store send
@@ -84,6 +85,9 @@ func walScan(r io.Reader, fn func(typ byte, payload []byte) error) (n int64, tor
 			return walEnd(n, err, err != io.EOF)
 		}
 		size := binary.LittleEndian.Uint32(hdr[:])
+		if hdr == [walHeader]byte{} {
+			return n, false, nil // the zeros of a segment filled ahead (prepare)
+		}
 		if size == 0 || size > walMaxRecord {
 			return n, true, nil
 		}
@@ -172,6 +176,14 @@ type wal struct {
 	seg  uint64
 	size int64
 	done chan struct{}
+
+	// The next segment, zero-filled ahead of need (prepare); the writer
+	// starts it when the current one is full, or as soon as it is ready
+	// when the current one was not zero-filled (the first one after an
+	// open). prepare sets next, then closes prepDone.
+	zeroed   bool          // the current segment was zero-filled
+	prepDone chan struct{} // the preparation for the current segment; nil before
+	next     *os.File
 }
 
 // walLazyWrite is how long a record nobody waits for may wait to be
@@ -182,7 +194,7 @@ const walLazyWrite = 10 * time.Millisecond
 func openWAL(dir string, seg uint64, segBytes int64, fault faultFunc, rotated func(uint64, int64)) (*wal, error) {
 	w := &wal{dir: dir, segBytes: segBytes, fault: fault, rotated: rotated, seg: seg, kick: make(chan struct{}, 1), done: make(chan struct{})}
 	w.flushed = sync.NewCond(&w.mu)
-	f, err := createSynced(segmentName(dir, seg), fault)
+	f, err := createSynced(segmentName(dir, seg), os.O_APPEND, fault)
 	if err != nil {
 		return nil, err
 	}
@@ -191,13 +203,13 @@ func openWAL(dir string, seg uint64, segBytes int64, fault faultFunc, rotated fu
 	return w, nil
 }
 
-// createSynced creates path (it must not exist) and fsyncs its directory, so
-// the file survives a crash.
-func createSynced(path string, fault faultFunc) (*os.File, error) {
+// createSynced creates path (it must not exist) for writing, with flag's
+// extra flags, and fsyncs its directory, so the file survives a crash.
+func createSynced(path string, flag int, fault faultFunc) (*os.File, error) {
 	if err := fault.check("create", path); err != nil {
 		return nil, fmt.Errorf("broker: create %s: %w", path, err)
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|flag, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("broker: create %s: %w", path, err)
 	}
@@ -381,6 +393,12 @@ func pause() {
 
 // write writes buf to the segment, fsyncs it, and starts the next segment
 // when this one is full.
+//
+// The fsync is an fdatasync: the data and what reading it back needs (the
+// size of a file that grew), not the times. A segment is zero-filled ahead
+// of need (prepare), so that writing it changes no metadata and its
+// fdatasyncs commit no file system journal: on a disk shared with other
+// writers that is what an fsync mostly waits for (issue 25 item 7).
 func (w *wal) write(buf []byte) error {
 	name := w.f.Name()
 	err := w.fault.check("write", name)
@@ -389,14 +407,18 @@ func (w *wal) write(buf []byte) error {
 	}
 	if err == nil {
 		if err = w.fault.check("sync", name); err == nil {
-			err = w.f.Sync()
+			err = fdatasync(w.f)
 		}
 	}
 	if err != nil { // *os.PathError: the operation and the file
 		return fmt.Errorf("broker: data dir log: %w", err)
 	}
 	w.size += int64(len(buf))
-	if w.size < w.segBytes {
+	if w.prepDone == nil && (w.size >= w.segBytes/2 || (!w.zeroed && w.size >= walPrepareAfter)) {
+		w.prepDone = make(chan struct{})
+		go w.prepare(w.seg+1, w.prepDone)
+	}
+	if w.size < w.segBytes && (w.zeroed || !closed(w.prepDone)) {
 		return nil
 	}
 	if err := w.f.Close(); err != nil {
@@ -404,13 +426,102 @@ func (w *wal) write(buf []byte) error {
 	}
 	full, size := w.seg, w.size
 	w.f = nil
-	f, err := createSynced(segmentName(w.dir, full+1), w.fault)
-	if err != nil {
-		return err
+	<-w.prepDone // started half a segment ago: done by now, as a rule
+	f := w.next
+	w.next, w.prepDone = nil, nil
+	w.zeroed = f != nil
+	if f == nil {
+		if f, err = createSynced(segmentName(w.dir, full+1), os.O_APPEND, w.fault); err != nil {
+			return err
+		}
 	}
 	w.f, w.seg, w.size = f, full+1, 0
 	if w.rotated != nil {
 		w.rotated(full, size)
+	}
+	return nil
+}
+
+// walPrepareMax bounds the zero-filling of a segment (SegmentBytes may be
+// set high); past it a segment grows as it is written. walPrepareAfter is
+// how much a segment that was not zero-filled holds before the next one is
+// prepared (a broker that writes little never fills one).
+const (
+	walPrepareMax   = 64 << 20
+	walPrepareAfter = 1 << 20
+)
+
+// closed reports whether ch is closed; false for nil.
+func closed(ch chan struct{}) bool {
+	if ch == nil {
+		return false
+	}
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// prepare creates segment seg zero-filled, fsynced, its directory entry
+// too, for the writer to start; then it closes done. A failure (no room)
+// leaves nothing: the writer then creates the segment itself. A crash
+// leaves a zero-filled segment, which reads as an empty one.
+func (w *wal) prepare(seg uint64, done chan struct{}) {
+	defer close(done)
+	path := segmentName(w.dir, seg)
+	f, err := createSynced(path, 0, w.fault) // not O_APPEND: it is written from the start
+	if err != nil {
+		return
+	}
+	if err := zeroFill(f, min(w.segBytes, walPrepareMax), w.fault); err != nil {
+		f.Close()
+		os.Remove(path)
+		return
+	}
+	w.next = f
+}
+
+// zeroFill writes n zero bytes at the start of f, fdatasyncs them and
+// leaves f's offset at 0.
+func zeroFill(f *os.File, n int64, fault faultFunc) error {
+	zeros := make([]byte, min(n, 1<<20))
+	for left := n; left > 0; left -= int64(len(zeros)) {
+		if err := fault.check("write", f.Name()); err != nil {
+			return err
+		}
+		if _, err := f.Write(zeros[:min(left, int64(len(zeros)))]); err != nil {
+			return err
+		}
+	}
+	if err := fault.check("sync", f.Name()); err != nil {
+		return err
+	}
+	if err := fdatasync(f); err != nil {
+		return err
+	}
+	_, err := f.Seek(0, io.SeekStart)
+	return err
+}
+
+func fdatasync(f *os.File) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		for {
+			if serr = syscall.Fdatasync(int(fd)); serr != syscall.EINTR {
+				return
+			}
+		}
+	}); err != nil {
+		return err
+	}
+	if serr != nil {
+		return &os.PathError{Op: "fdatasync", Path: f.Name(), Err: serr}
 	}
 	return nil
 }
@@ -423,6 +534,14 @@ func (w *wal) close() error {
 	w.mu.Unlock()
 	w.wake()
 	<-w.done
+	if w.prepDone != nil {
+		<-w.prepDone
+	}
+	if w.next != nil { // never written: no segment
+		w.next.Close()
+		os.Remove(w.next.Name())
+		w.next = nil
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	err := w.err
