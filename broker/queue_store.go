@@ -275,6 +275,11 @@ func (st *queueStore) admit(msgs []*pb.QueueMessage) *sending {
 		if !r.IsError && down != nil {
 			r.IsError, r.Error = true, down.Error()
 		}
+		if !r.IsError {
+			if err := st.queue(m.Channel).reserve(heldBytes(m), st.opts.MaxQueueBytes); err != nil {
+				r.IsError, r.Error = true, err.Error()
+			}
+		}
 		s.results[i] = r
 		s.haveErrors = s.haveErrors || r.IsError
 	}
@@ -300,6 +305,9 @@ func (st *queueStore) admit(msgs []*pb.QueueMessage) *sending {
 func (s *sending) commit(err error) {
 	if len(s.ok) == 0 {
 		return
+	}
+	for _, m := range s.ok { // put counts them as held, or they are refused
+		s.st.queue(m.Channel).reserved.Add(-heldBytes(m))
 	}
 	if err == nil {
 		s.st.send(s.ok, time.Now().UnixNano())
@@ -427,6 +435,40 @@ type queue struct {
 	delivered  int64
 	waiters    int
 	notify     chan struct{} // closed and cleared when messages arrive
+
+	// held is the heldBytes of the messages the queue holds (waiting,
+	// delayed, delivered and not settled); reserved those of sends
+	// admitted and not yet stored. Options.MaxQueueBytes bounds their sum.
+	held, reserved atomic.Int64
+}
+
+// msgOverhead is what a queue message costs the broker beyond its bytes
+// (the message, its attributes and policy, the ring's and the log's keys),
+// counted by heldBytes so that MaxQueueBytes bounds many small messages too.
+const msgOverhead = 256
+
+// heldBytes is m's size against MaxQueueBytes: body, metadata, tags, ids,
+// and msgOverhead. None of these change while a queue holds m.
+func heldBytes(m *pb.QueueMessage) int64 {
+	n := len(m.Body) + len(m.Metadata) + len(m.MessageID) + len(m.ClientID) + msgOverhead
+	for k, v := range m.Tags {
+		n += len(k) + len(v)
+	}
+	return int64(n)
+}
+
+// reserve counts n bytes of a send admitted against the queue's bound,
+// unless they would pass it; commit (or unreserve) settles them.
+func (q *queue) reserve(n, bound int64) error {
+	for {
+		r := q.reserved.Load()
+		if held := q.held.Load(); bound > 0 && held+r+n > bound {
+			return fmt.Errorf("broker: queue %s is full: it holds %d bytes, a message of %d would pass its bound of %d bytes", q.name, held+r, n, bound)
+		}
+		if q.reserved.CompareAndSwap(r, r+n) {
+			return nil
+		}
+	}
 }
 
 func msgBytes(m *pb.QueueMessage) int64 { return int64(len(m.Body) + len(m.Metadata)) }
@@ -437,6 +479,7 @@ func (q *queue) put(msgs []*pb.QueueMessage, now int64) {
 	defer q.mu.Unlock()
 	for _, m := range msgs {
 		q.sent++
+		q.held.Add(heldBytes(m))
 		if p := q.st.persist; p != nil {
 			p.put(m)
 		}
@@ -520,7 +563,7 @@ func (q *queue) popLocked(out []*pb.QueueMessage, n int, now int64, routed []*pb
 		q.readyBytes -= msgBytes(m)
 		if exp := m.Attributes.ExpirationAt; exp > 0 && exp <= now {
 			expired++
-			q.logGone(m)
+			q.gone(m)
 			continue
 		}
 		m.Attributes.ReceiveCount++
@@ -548,23 +591,23 @@ func (q *queue) deadLetterLocked(m *pb.QueueMessage, routed []*pb.QueueMessage) 
 		}
 		routed = append(routed, c)
 	}
-	q.logGone(m)
+	q.gone(m)
 	return routed
 }
 
-// logGone logs m as gone for good, with a data dir.
-func (q *queue) logGone(m *pb.QueueMessage) {
+// gone counts m out of the queue for good (acked, consumed, expired,
+// purged, moved to its dead letter queue), and logs it so with a data dir.
+func (q *queue) gone(m *pb.QueueMessage) {
+	q.held.Add(-heldBytes(m))
 	if p := q.st.persist; p != nil {
 		p.gone(m)
 	}
 }
 
-// logGoneAll logs msgs as consumed, with a data dir.
-func (q *queue) logGoneAll(msgs []*pb.QueueMessage) {
-	if p := q.st.persist; p != nil {
-		for _, m := range msgs {
-			p.gone(m)
-		}
+// goneAll is gone for each of msgs.
+func (q *queue) goneAll(msgs []*pb.QueueMessage) {
+	for _, m := range msgs {
+		q.gone(m)
 	}
 }
 
@@ -636,8 +679,8 @@ func (q *queue) take(ctx context.Context, max int, wait time.Duration, hold bool
 // taken ends a successful take: consumed messages (without hold) are gone
 // for good, on disk too before the caller answers, as an ack is.
 func (q *queue) taken(msgs []*pb.QueueMessage, expired int, hold bool) ([]*pb.QueueMessage, int, error) {
-	if !hold && len(msgs) > 0 && q.st.persist != nil {
-		q.logGoneAll(msgs)
+	if !hold && len(msgs) > 0 {
+		q.goneAll(msgs)
 		_ = q.st.sync() // a failed data dir is logged; the messages are delivered
 	}
 	return msgs, expired, nil
@@ -684,7 +727,7 @@ func (q *queue) peek(ctx context.Context, max int, wait time.Duration) ([]*pb.Qu
 			if exp := m.Attributes.ExpirationAt; exp > 0 && exp <= now {
 				q.ready.removeAt(i)
 				q.readyBytes -= msgBytes(m)
-				q.logGone(m)
+				q.gone(m)
 				expired++
 				continue
 			}
@@ -731,7 +774,7 @@ func (q *queue) purge(ctx context.Context, wait time.Duration) (uint64, error) {
 		q.mu.Lock()
 		n += uint64(q.ready.len())
 		for i := range q.ready.len() {
-			q.logGone(q.ready.at(i))
+			q.gone(q.ready.at(i))
 		}
 		q.ready.clear()
 		q.readyBytes = 0
@@ -755,7 +798,7 @@ func (q *queue) purge(ctx context.Context, wait time.Duration) (uint64, error) {
 func (q *queue) ack(msgs []*pb.QueueMessage) {
 	q.mu.Lock()
 	q.inflight -= len(msgs)
-	q.logGoneAll(msgs)
+	q.goneAll(msgs)
 	q.mu.Unlock()
 }
 

@@ -53,6 +53,14 @@ type Options struct {
 	// MaxMessageBytes is the largest gRPC message accepted; bigger ones
 	// are refused with ResourceExhausted. Default 100 MiB.
 	MaxMessageBytes int
+	// MaxQueueBytes bounds what each queue channel holds: its messages
+	// waiting, delayed, and delivered but not yet settled, each counted as
+	// its body, metadata, tags and ids plus 256 bytes of the broker's own
+	// (so that many small messages are bounded too). A send that would pass
+	// it is refused: its result is an error naming the queue and the bound;
+	// what the broker moves itself (dead letters, re-queues, a restart's
+	// replay) is not refused. Default 256 MiB; negative: no bound.
+	MaxQueueBytes int64
 	// DefaultMaxReceiveCount applies to queue messages sent without a
 	// policy; it is also the largest MaxReceiveCount a message may ask for,
 	// like KubeMQ's queue.maxReceiveCount setting. Default 1024.
@@ -86,6 +94,9 @@ func (o *Options) setDefaults() {
 	if o.MaxMessageBytes <= 0 {
 		o.MaxMessageBytes = 100 << 20
 	}
+	if o.MaxQueueBytes == 0 {
+		o.MaxQueueBytes = DefaultMaxQueueBytes
+	}
 	if o.DefaultMaxReceiveCount <= 0 {
 		o.DefaultMaxReceiveCount = 1024
 	}
@@ -102,6 +113,9 @@ func (o *Options) setDefaults() {
 		o.SegmentBytes = 16 << 20
 	}
 }
+
+// DefaultMaxQueueBytes is the default of Options.MaxQueueBytes.
+const DefaultMaxQueueBytes int64 = 256 << 20
 
 // The default events store bounds, per channel.
 const (
