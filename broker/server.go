@@ -262,7 +262,18 @@ func (s *Server) attach(lis net.Listener) (*grpc.Server, error) {
 	pb.RegisterKubemqServer(g, s)
 	s.grpc, s.lis, s.addr = g, lis, lis.Addr().String()
 	s.log.Info("broker listening", "addr", s.addr, "tls", s.opts.TLS.Enabled(), "mtls", s.opts.TLS.ClientCA != "", "auth_token", s.opts.AuthToken != "")
+	if s.opts.AuthToken == "" && !loopback(lis.Addr()) {
+		s.log.Warn("broker listens beyond loopback without an auth token: whoever reaches it can read, send and remove every queue's messages and events; set --auth-token-file, --auth-token or INFERQ_BROKER_AUTH_TOKEN (serve --embedded-broker: broker.auth_token)",
+			"addr", s.addr)
+	}
 	return g, nil
+}
+
+// loopback reports whether a listener's address is reachable from this
+// host only.
+func loopback(a net.Addr) bool {
+	ta, ok := a.(*net.TCPAddr)
+	return ok && ta.IP.IsLoopback()
 }
 
 // Addr is the address the server listens on, or "" before Start. After
