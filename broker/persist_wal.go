@@ -46,8 +46,9 @@ import (
 // a client that sends without waiting for each answer (inferq's results on
 // one events store stream) gets one fsync per group, not per request.
 // Deliveries (a receive count going up, a stranded or released message) are
-// logged but not waited for: they reach the disk with the next write, and
-// losing one only makes a receive count lower after a crash.
+// logged but not waited for: they reach the disk with the next write (within
+// walLazyWrite), and losing one only makes a receive count lower after a
+// crash. The fsync is an fdatasync of a segment zero-filled ahead (wal.write).
 
 const (
 	walHeader = 8

@@ -458,7 +458,7 @@ func heldBytes(m *pb.QueueMessage) int64 {
 }
 
 // reserve counts n bytes of a send admitted against the queue's bound,
-// unless they would pass it; commit (or unreserve) settles them.
+// unless they would pass it; sending.commit settles them.
 func (q *queue) reserve(n, bound int64) error {
 	for {
 		r := q.reserved.Load()
