@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
-	"syscall"
 	"time"
 )
 
@@ -385,13 +384,6 @@ const (
 	walGatherMax   = time.Millisecond
 )
 
-// pause sleeps walGatherPause (a nanosleep: time.Sleep rounds sub
-// millisecond sleeps up to a millisecond on an idle process).
-func pause() {
-	ts := syscall.NsecToTimespec(int64(walGatherPause))
-	_ = syscall.Nanosleep(&ts, nil)
-}
-
 // write writes buf to the segment, fsyncs it, and starts the next segment
 // when this one is full.
 //
@@ -504,27 +496,6 @@ func zeroFill(f *os.File, n int64, fault faultFunc) error {
 	}
 	_, err := f.Seek(0, io.SeekStart)
 	return err
-}
-
-func fdatasync(f *os.File) error {
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var serr error
-	if err := rc.Control(func(fd uintptr) {
-		for {
-			if serr = syscall.Fdatasync(int(fd)); serr != syscall.EINTR {
-				return
-			}
-		}
-	}); err != nil {
-		return err
-	}
-	if serr != nil {
-		return &os.PathError{Op: "fdatasync", Path: f.Name(), Err: serr}
-	}
-	return nil
 }
 
 // close writes what is pending and stops the writer. It returns the log's
