@@ -36,7 +36,7 @@ func (s *Server) SendEvent(ctx context.Context, ev *pb.Event) (*pb.Result, error
 // data dir the answers wait for the disk while the next events are read, so
 // that the events of one stream share fsyncs (answerer).
 func (s *Server) SendEventsStream(stream pb.Kubemq_SendEventsStreamServer) error {
-	a := newAnswerer(s.persist, false)
+	a := newAnswerer(s.persist)
 	defer a.close()
 	send := func(res *pb.Result) {
 		_ = stream.Send(res) // a failed send means the stream is ending: Recv says so

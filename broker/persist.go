@@ -214,15 +214,6 @@ func (p *persister) await(n uint64) error {
 	return err
 }
 
-// awaitLazy is await without hurrying the log's writer (wal.waitLazy).
-func (p *persister) awaitLazy(n uint64) error {
-	err := p.w.waitLazy(n)
-	if err != nil {
-		p.fail(err)
-	}
-	return err
-}
-
 // failed returns the log's failure, nil while it works: once the log has
 // failed, sends are refused (refused) until a restart.
 func (p *persister) failed() error {

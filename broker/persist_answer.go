@@ -10,7 +10,6 @@ package broker
 // sends at once, from the caller's goroutine.
 type answerer struct {
 	p    *persister
-	lazy bool // the answers do not hurry the log's writer (wal.waitLazy)
 	ch   chan answer
 	done chan struct{}
 }
@@ -26,10 +25,8 @@ type answer struct {
 // disk; past it the handler waits before reading the next request.
 const answersPerStream = 256
 
-// newAnswerer returns the answerer of a stream; lazy: its answers are not
-// waited for by the usual client, and may wait for the log's next write.
-func newAnswerer(p *persister, lazy bool) *answerer {
-	a := &answerer{p: p, lazy: lazy}
+func newAnswerer(p *persister) *answerer {
+	a := &answerer{p: p}
 	if p != nil {
 		a.ch = make(chan answer, answersPerStream)
 		a.done = make(chan struct{})
@@ -41,11 +38,7 @@ func newAnswerer(p *persister, lazy bool) *answerer {
 func (a *answerer) run() {
 	defer close(a.done)
 	for ans := range a.ch {
-		if a.lazy {
-			ans.send(a.p.awaitLazy(ans.n))
-		} else {
-			ans.send(a.p.await(ans.n))
-		}
+		ans.send(a.p.await(ans.n))
 	}
 }
 

@@ -148,11 +148,10 @@ func snapshotName(dir string, n uint64) string {
 // Its methods are safe for concurrent use.
 //
 // The writer writes at once when someone waits for a record (wait: a send,
-// an events store send); records nobody waits for now (deliveries, and
-// settlements, whose answers waitLazy: kubemq-go does not wait for them)
-// wait up to walLazyWrite for such a write to take them along, so that
-// they do not start an fsync of their own that the next send would have to
-// wait behind (on a busy disk, about one fsync more per task batch).
+// a settlement, an events store send); records nobody waits for
+// (deliveries) wait up to walLazyWrite for such a write to take them along,
+// so that they do not start an fsync of their own that the next send would
+// have to wait behind.
 type wal struct {
 	dir      string
 	segBytes int64
@@ -187,7 +186,7 @@ type wal struct {
 }
 
 // walLazyWrite is how long a record nobody waits for may wait to be
-// written with others (a settlement's answer waits as long, and more).
+// written with others.
 const walLazyWrite = 10 * time.Millisecond
 
 // openWAL starts segment seg in dir (which must not hold it) and its writer.
@@ -282,16 +281,10 @@ func (w *wal) last() uint64 {
 
 // wait blocks until record n is on disk, or the log failed; the writer
 // writes it at once.
-func (w *wal) wait(n uint64) error { return w.waitFor(n, true) }
-
-// waitLazy is wait without hurrying the writer: record n is written with
-// the next write someone waits for, or within walLazyWrite.
-func (w *wal) waitLazy(n uint64) error { return w.waitFor(n, false) }
-
-func (w *wal) waitFor(n uint64, now bool) error {
+func (w *wal) wait(n uint64) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if now && n > w.want {
+	if n > w.want {
 		w.want = n
 		if n > w.synced {
 			w.wake()

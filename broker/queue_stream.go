@@ -15,7 +15,7 @@ import (
 // the answers wait for the disk while the next requests are read, so that
 // the batches of one stream share fsyncs (answerer).
 func (s *Server) QueuesUpstream(stream pb.Kubemq_QueuesUpstreamServer) error {
-	a := newAnswerer(s.persist, false)
+	a := newAnswerer(s.persist)
 	defer a.close()
 	for {
 		req, err := stream.Recv()
@@ -52,7 +52,7 @@ func (s *Server) QueuesDownstream(stream pb.Kubemq_QueuesDownstreamServer) error
 type downstream struct {
 	st      *queueStore
 	stream  pb.Kubemq_QueuesDownstreamServer
-	answers *answerer // settlements' answers, once on disk (lazy: kubemq-go does not wait for them)
+	answers *answerer // settlements' answers, once on disk
 
 	sendMu sync.Mutex // gRPC forbids concurrent Send
 
@@ -79,7 +79,7 @@ func (st *queueStore) downstream(stream pb.Kubemq_QueuesDownstreamServer) error 
 	stopAfter := context.AfterFunc(st.ctx, cancel)
 	defer stopAfter()
 
-	d := &downstream{st: st, stream: stream, answers: newAnswerer(st.persist, true), txns: map[string]*txn{}}
+	d := &downstream{st: st, stream: stream, answers: newAnswerer(st.persist), txns: map[string]*txn{}}
 	polls := make(chan *pb.QueuesDownstreamRequest, pendingPollsPerStream)
 	var wg sync.WaitGroup
 	wg.Add(1)
