@@ -5,6 +5,7 @@ package broker_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -110,5 +111,39 @@ func TestDataDirSnapshotOnFullDisk(t *testing.T) {
 	}
 	if _, err := os.Stat(dir); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestDataDirPrepareOnFullDisk: when the next segment cannot be zero-filled
+// ahead (no room), nothing of it is left, and the log goes on in a segment
+// it creates when the current one is full.
+func TestDataDirPrepareOnFullDisk(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	var failed atomic.Bool
+	small := func(o *broker.Options) {
+		o.SegmentBytes = 16 << 10
+		broker.SetDiskFault(o, func(op, path string) error {
+			// The first write of segment 2 is its zero-filling.
+			if op == "write" && filepath.Base(path) == "wal-0000000000000002.log" && failed.CompareAndSwap(false, true) {
+				return syscall.ENOSPC
+			}
+			return nil
+		})
+	}
+	srv, c := openData(t, dir, small)
+	var want []string
+	for i := range 40 {
+		b := fmt.Sprintf("m%03d-%s", i, strings.Repeat("x", 1000))
+		rawSend(t, c, ch1, b)
+		want = append(want, b)
+	}
+	if !failed.Load() {
+		t.Fatal("segment 2 was never prepared")
+	}
+	srv.Close()
+	srv, _ = openData(t, dir, nil)
+	if got := waitingBodies(srv, ch1); !slices.Equal(got, want) {
+		t.Errorf("after a failed preparation: %d messages, want %d", len(got), len(want))
 	}
 }
