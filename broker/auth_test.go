@@ -9,6 +9,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"io"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -189,5 +190,44 @@ func waitQueueLen(t *testing.T, srv *brokertest.Server, ch string, n int) {
 		if time.Now().After(deadline) {
 			t.Fatalf("queue %s holds %d waiting messages; want %d", ch, len(srv.Queue(ch)), n)
 		}
+	}
+}
+
+// TestWarnsBeyondLoopbackWithoutToken (issue 27 item 5): a broker that
+// listens beyond loopback without an auth token warns at start (as inferq's
+// HTTP and gRPC listeners do), naming the address and how to set one; on
+// loopback, or with a token, it does not.
+func TestWarnsBeyondLoopbackWithoutToken(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		addr, token string
+		warn        bool
+	}{
+		{"0.0.0.0:0", "", true},
+		{"127.0.0.1:0", "", false},
+		{"[::1]:0", "", false},
+		{"0.0.0.0:0", "secret", false},
+	} {
+		t.Run(tc.addr+" token "+tc.token, func(t *testing.T) {
+			t.Parallel()
+			var logs strings.Builder
+			srv := broker.New(broker.Options{AuthToken: tc.token,
+				Logger: slog.New(slog.NewTextHandler(&syncWriter{w: &logs}, nil))})
+			t.Cleanup(func() { srv.Close() })
+			if err := srv.Start(tc.addr); err != nil {
+				if strings.Contains(tc.addr, "::1") {
+					t.Skipf("no IPv6 loopback here: %v", err)
+				}
+				t.Fatal(err)
+			}
+			out := logs.String()
+			warned := strings.Contains(out, "level=WARN") && strings.Contains(out, "broker listens beyond loopback without an auth token")
+			if warned != tc.warn {
+				t.Errorf("warned = %v, want %v; logs:\n%s", warned, tc.warn, out)
+			}
+			if warned && (!strings.Contains(out, "INFERQ_BROKER_AUTH_TOKEN") || !strings.Contains(out, "addr=")) {
+				t.Errorf("the warning names neither how to set a token nor the address:\n%s", out)
+			}
+		})
 	}
 }

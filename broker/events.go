@@ -16,7 +16,10 @@ import (
 // has none. Invalid events get the KubeMQ error text as a gRPC Internal
 // error, like the real broker; the call never waits for a subscriber.
 func (s *Server) SendEvent(ctx context.Context, ev *pb.Event) (*pb.Result, error) {
-	res, err := s.pubsub.sendEvent(ev)
+	res, pe, err := s.pubsub.sendEvent(ev)
+	if err == nil && pe != nil {
+		err = pe.committed(s.persist.await(pe.mark))
+	}
 	if err != nil {
 		if errors.Is(err, ErrClosed) {
 			return nil, psClosed()
@@ -29,8 +32,15 @@ func (s *Server) SendEvent(ctx context.Context, ev *pb.Event) (*pb.Result, error
 // SendEventsStream is the stream kubemq-go uses for StreamEvents and
 // StreamEventsStore (EventsClient.Stream, EventsStoreClient.Stream). Like the
 // real broker it answers every events store event with a Result and a plain
-// event only when it fails. It ends when the client closes its side.
+// event only when it fails. It ends when the client closes its side. With a
+// data dir the answers wait for the disk while the next events are read, so
+// that the events of one stream share fsyncs (answerer).
 func (s *Server) SendEventsStream(stream pb.Kubemq_SendEventsStreamServer) error {
+	a := newAnswerer(s.persist)
+	defer a.close()
+	send := func(res *pb.Result) {
+		_ = stream.Send(res) // a failed send means the stream is ending: Recv says so
+	}
 	for {
 		ev, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -39,16 +49,23 @@ func (s *Server) SendEventsStream(stream pb.Kubemq_SendEventsStreamServer) error
 		if err != nil {
 			return err
 		}
-		res, err := s.pubsub.sendEvent(ev)
+		res, pe, err := s.pubsub.sendEvent(ev)
 		switch {
 		case err != nil:
 			res = &pb.Result{EventID: ev.GetEventID(), Sent: false, Error: err.Error()}
 		case !ev.GetStore():
 			continue
 		}
-		if err := stream.Send(res); err != nil {
-			return err
+		if pe == nil {
+			a.answerAt(0, func(error) { send(res) })
+			continue
 		}
+		a.answerAt(pe.mark, func(err error) {
+			if err := pe.committed(err); err != nil {
+				res = &pb.Result{EventID: ev.GetEventID(), Sent: false, Error: err.Error()}
+			}
+			send(res)
+		})
 	}
 }
 
@@ -80,30 +97,24 @@ func (s *Server) SubscribeToEvents(req *pb.Subscribe, stream pb.Kubemq_Subscribe
 }
 
 // sendEvent validates ev, gives it an id when it has none, and publishes or
-// stores it. Errors are KubeMQ's texts, or ErrClosed.
-func (p *pubSub) sendEvent(ev *pb.Event) (*pb.Result, error) {
+// stores it. Errors are KubeMQ's texts, or ErrClosed. With a data dir a
+// stored event comes back pending: it is published, and may be answered,
+// once its record is on disk (pendingEvent.committed).
+func (p *pubSub) sendEvent(ev *pb.Event) (*pb.Result, *pendingEvent, error) {
 	if p.isClosed() {
-		return nil, ErrClosed
+		return nil, nil, ErrClosed
 	}
 	if ev == nil {
 		ev = &pb.Event{}
 	}
 	if err := psValidateEvent(ev); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if ev.EventID == "" {
 		ev.EventID = p.ids.next()
 	}
-	if ev.Store {
-		c := p.storeChannel(ev.Channel)
-		seq := c.append(ev, time.Now())
-		if p.persist != nil {
-			if err := p.persist.sync(); err != nil {
-				return nil, err
-			}
-			c.publish(seq)
-		}
-	} else {
+	res := &pb.Result{EventID: ev.EventID, Sent: true}
+	if !ev.Store {
 		p.events.publish(ev.Channel, &pb.EventReceive{
 			EventID:  ev.EventID,
 			Channel:  ev.Channel,
@@ -111,8 +122,37 @@ func (p *pubSub) sendEvent(ev *pb.Event) (*pb.Result, error) {
 			Body:     ev.Body,
 			Tags:     ev.Tags,
 		})
+		return res, nil, nil
 	}
-	return &pb.Result{EventID: ev.EventID, Sent: true}, nil
+	if p.persist != nil {
+		if err := p.persist.failed(); err != nil {
+			return nil, nil, refused(err)
+		}
+	}
+	c := p.storeChannel(ev.Channel)
+	seq := c.append(ev, time.Now())
+	if p.persist == nil {
+		return res, nil, nil
+	}
+	return res, &pendingEvent{c: c, seq: seq, mark: p.persist.mark()}, nil
+}
+
+// pendingEvent is an events store event appended and logged, not yet known
+// to be on disk.
+type pendingEvent struct {
+	c    *storeChannel
+	seq  uint64
+	mark uint64 // the log's last record once it was logged
+}
+
+// committed publishes the event once its record is on disk; err: the disk
+// failed to keep it, and it is refused.
+func (pe *pendingEvent) committed(err error) error {
+	if err != nil {
+		return refused(err)
+	}
+	pe.c.publish(pe.seq)
+	return nil
 }
 
 // psValidateEvent applies the real broker's checks to an event, in its

@@ -47,13 +47,25 @@ import (
 // (written to a temporary file, fsynced, renamed), then removes what it
 // replaces. Open does the same with every segment it found before it serves.
 // The events store's bounds and retention apply there too, so the disk holds
-// about twice what memory holds plus two segments. A compaction holds a
-// second copy of the live data in memory while it runs (the broker's own
-// stores are not locked for it).
+// about twice what memory holds plus three segments (one zero-filled ahead,
+// persist_wal.go). A compaction holds a second copy of the live data in
+// memory while it runs (the broker's own stores are not locked for it).
 //
 // Events store events reach subscribers only once on disk
 // (storeChannel.published), so no subscriber sees an event a crash takes
-// back and whose sequence number a later event would then reuse.
+// back and whose sequence number a later event would then reuse. Likewise
+// a queue message sent reaches its queue once its put record is on disk
+// (sending.commit), so no consumer runs a message a crash takes back.
+//
+// A disk that fails (a write or fsync error: ENOSPC, EIO) fails the log for
+// good: every send from then on, and every send waiting for that fsync, is
+// refused with the disk's error and stored nowhere; what the queues held
+// goes on from memory (its acks and deliveries no longer reach the disk, so
+// after a restart it may be delivered again: at least once). A restart
+// replays what reached the disk, skipping a torn tail; when the disk has no
+// room for the start's snapshot the start goes on from the files it found.
+// A snapshot is written whole or not at all (a temporary file, fsynced,
+// renamed, removed when a write fails).
 
 const (
 	recPut   byte = 1
@@ -178,19 +190,48 @@ func (p *persister) event(e *pb.EventReceive) {
 	})
 }
 
+// forget drops m's key: m, logged, was refused.
+func (p *persister) forget(m *pb.QueueMessage) {
+	p.mu.Lock()
+	delete(p.keys, m)
+	p.mu.Unlock()
+}
+
 // sync waits until everything logged so far is on disk.
 func (p *persister) sync() error {
-	err := p.w.wait(p.w.last())
+	return p.await(p.mark())
+}
+
+// mark is the number of the last record logged, for await.
+func (p *persister) mark() uint64 { return p.w.last() }
+
+// await waits until the records up to n are on disk.
+func (p *persister) await(n uint64) error {
+	err := p.w.wait(n)
 	if err != nil {
 		p.fail(err)
 	}
 	return err
 }
 
-// fail logs the log's failure once; the broker goes on from memory.
+// failed returns the log's failure, nil while it works: once the log has
+// failed, sends are refused (refused) until a restart.
+func (p *persister) failed() error {
+	return p.w.failed()
+}
+
+// refused is the error of a send that the data dir could not keep: it is
+// not stored, nowhere (no message delivered from memory only).
+func refused(err error) error {
+	return fmt.Errorf("broker: send refused, the data dir cannot store it (restart the broker once the disk has room): %w", err)
+}
+
+// fail logs the log's failure once: from then on sends are refused, and
+// what was stored goes on from memory (acks and deliveries are not kept).
 func (p *persister) fail(err error) {
 	p.failOnce.Do(func() {
-		p.log.Error("broker data dir failed: changes are no longer kept on disk", "dir", p.dir, "err", err)
+		p.log.Error("broker data dir failed: sends are refused until a restart; acks and deliveries are no longer kept on disk",
+			"dir", p.dir, "err", err)
 	})
 }
 
@@ -198,7 +239,7 @@ func (p *persister) fail(err error) {
 // full segments since the last snapshot are as big as it: a compaction
 // rewrites every live message and event, so a big backlog is rewritten
 // after as many bytes of log, not after every segment, and the disk holds
-// at most about twice the live data and two segments.
+// at most about twice the live data and three segments.
 func (p *persister) rotated(seg uint64, size int64) {
 	p.logged += size
 	if p.logged < p.snapBytes.Load() {
@@ -242,7 +283,7 @@ func (p *persister) compact(seg uint64) error {
 		return err
 	}
 	st.bound(time.Now())
-	size, err := writeSnapshot(p.dir, seg, st)
+	size, err := writeSnapshot(p.dir, seg, st, p.opts.diskFault)
 	if err != nil {
 		return err
 	}
@@ -490,18 +531,45 @@ func (st *state) sorted() []*liveMsg {
 }
 
 // writeSnapshot writes st as snapshot n: a temporary file, fsynced, renamed,
-// and the directory fsynced.
-func writeSnapshot(dir string, n uint64, st *state) (int64, error) {
+// and the directory fsynced. The snapshot is there whole or not at all: a
+// failed write (a full disk) removes the temporary file and leaves the
+// files it would have replaced as they were.
+func writeSnapshot(dir string, n uint64, st *state, fault faultFunc) (int64, error) {
 	path := snapshotName(dir, n)
 	tmp := path + ".tmp"
+	size, err := writeSnapshotTemp(tmp, st, fault)
+	if err == nil {
+		if err = fault.check("rename", tmp); err == nil {
+			err = os.Rename(tmp, path)
+		}
+		if err != nil {
+			err = fmt.Errorf("broker: rename snapshot %s: %w", tmp, err)
+		}
+	}
+	if err != nil {
+		if rerr := os.Remove(tmp); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+			err = fmt.Errorf("%w (and removing it: %w)", err, rerr)
+		}
+		return 0, err
+	}
+	return size, syncDir(dir, fault)
+}
+
+// writeSnapshotTemp writes st to tmp and fsyncs it.
+func writeSnapshotTemp(tmp string, st *state, fault faultFunc) (int64, error) {
+	if err := fault.check("create", tmp); err != nil {
+		return 0, fmt.Errorf("broker: create %s: %w", tmp, err)
+	}
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return 0, fmt.Errorf("broker: create %s: %w", tmp, err)
 	}
-	cw := &countWriter{w: f}
+	cw := &countWriter{w: faultWriter{w: f, fault: fault, path: tmp}}
 	err = writeState(cw, st)
 	if err == nil {
-		err = f.Sync()
+		if err = fault.check("sync", tmp); err == nil {
+			err = f.Sync()
+		}
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
@@ -509,10 +577,7 @@ func writeSnapshot(dir string, n uint64, st *state) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("broker: write snapshot %s: %w", tmp, err)
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		return 0, fmt.Errorf("broker: rename snapshot %s: %w", tmp, err)
-	}
-	return cw.n, syncDir(dir)
+	return cw.n, nil
 }
 
 // countWriter counts what it writes.
@@ -613,10 +678,15 @@ func openPersister(s *Server) (*persister, error) {
 	st.bound(now)
 	var snapBytes int64
 	if last > 0 {
-		if snapBytes, err = writeSnapshot(dir, last, st); err != nil {
-			return nil, err
+		// A disk without room for the snapshot (it holds the live data
+		// once more) does not stop the start: the files found stay, and
+		// a later compaction replaces them.
+		if snapBytes, err = writeSnapshot(dir, last, st, s.opts.diskFault); err != nil {
+			s.log.Warn("broker data dir: could not compact at start, going on with the files found", "dir", dir, "err", err)
+			snapBytes = 0
+		} else {
+			removeOld(dir, files, last, s.log)
 		}
-		removeOld(dir, files, last, s.log)
 	}
 	p := &persister{
 		dir: dir, opts: &s.opts, log: s.log,
@@ -631,7 +701,7 @@ func openPersister(s *Server) (*persister, error) {
 	s.queues.restore(live, now.UnixNano())
 	s.pubsub.restore(st.events)
 	s.log.Info("broker data dir loaded", "dir", dir, "messages", len(live), "events_channels", len(st.events), "torn_tails_skipped", st.torn)
-	p.w, err = openWAL(dir, last+1, s.opts.SegmentBytes, p.rotated)
+	p.w, err = openWAL(dir, last+1, s.opts.SegmentBytes, s.opts.diskFault, p.rotated)
 	if err != nil {
 		return nil, err
 	}

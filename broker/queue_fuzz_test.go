@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inferq/inferq/broker"
 	"github.com/inferq/inferq/broker/brokertest"
 	pb "github.com/kubemq-io/protobuf/go"
 )
@@ -104,7 +105,32 @@ func FuzzQueueRequests(f *testing.F) {
 		if _, err := c.QueuesInfo(ctx, &pb.QueuesInfoRequest{RequestID: "i", QueueName: channel}); err != nil {
 			t.Fatalf("queues info: %v", err)
 		}
+		for _, ch := range []string{channel, requeue} {
+			if validQueueNameForTest(ch) {
+				checkHeldBytes(t, srv.Broker.QueueSnapshot(ch), ch)
+			}
+		}
 	})
+}
+
+// checkHeldBytes checks that a queue with nothing in flight counts exactly
+// its messages against MaxQueueBytes: body, metadata, ids, tags and 256
+// bytes each.
+func checkHeldBytes(t *testing.T, st broker.QueueState, ch string) {
+	t.Helper()
+	if st.InFlight != 0 {
+		return
+	}
+	var want int64
+	for _, m := range append(st.Waiting, st.Delayed...) {
+		want += int64(len(m.Body) + len(m.Metadata) + len(m.MessageID) + len(m.ClientID) + 256)
+		for k, v := range m.Tags {
+			want += int64(len(k) + len(v))
+		}
+	}
+	if st.HeldBytes != want {
+		t.Errorf("queue %q: held bytes %d, want %d for its %d waiting and %d delayed messages", ch, st.HeldBytes, want, len(st.Waiting), len(st.Delayed))
+	}
 }
 
 func validQueueNameForTest(name string) bool {

@@ -23,6 +23,9 @@ type QueueState struct {
 	// Sent counts the messages ever stored in the channel (NAcks count
 	// again); Delivered the deliveries.
 	Sent, Delivered int64
+	// HeldBytes is what the channel's messages (waiting, delayed, in
+	// flight) count against Options.MaxQueueBytes.
+	HeldBytes int64
 }
 
 // QueueSnapshot returns deep copies of what the queue channel name holds.
@@ -34,7 +37,7 @@ func (s *Server) QueueSnapshot(name string) QueueState {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	st := QueueState{InFlight: q.inflight, Open: len(q.open), Sent: q.sent, Delivered: q.delivered}
+	st := QueueState{InFlight: q.inflight, Open: len(q.open), Sent: q.sent, Delivered: q.delivered, HeldBytes: q.held.Load()}
 	for i := 0; i < q.ready.len(); i++ {
 		st.Waiting = append(st.Waiting, cloneMessage(q.ready.at(i)))
 	}

@@ -251,6 +251,7 @@ func (ls *legacyStream) settle(req *pb.StreamQueueMessagesRequest, none error, d
 		return errSendingQueueMsg
 	}
 	ls.held = nil
+	_ = ls.st.sync() // answered once on disk; a failed data dir is logged
 	return nil
 }
 
@@ -260,8 +261,9 @@ func (ls *legacyStream) sendModified(m, mm *pb.QueueMessage) error {
 	if res := ls.st.prepare(mm, now); res.IsError {
 		return errors.New(res.Error)
 	}
-	ls.q.ack([]*pb.QueueMessage{m})
+	// The new message first, so that a crash in between keeps both.
 	ls.st.send([]*pb.QueueMessage{mm}, now)
+	ls.q.ack([]*pb.QueueMessage{m})
 	return nil
 }
 

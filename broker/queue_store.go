@@ -240,47 +240,107 @@ func (st *queueStore) send(msgs []*pb.QueueMessage, now int64) {
 	}
 }
 
-// sendBatch prepares and stores msgs and returns one result per message.
+// sendBatch prepares and stores msgs and returns one result per message;
+// with a data dir it returns once they are on disk.
 func (st *queueStore) sendBatch(msgs []*pb.QueueMessage) ([]*pb.SendQueueMessageResult, bool) {
+	s := st.admit(msgs)
+	s.commit(st.await(s.mark))
+	return s.results, s.haveErrors
+}
+
+// sending is a batch of sends admitted: checked and, with a data dir,
+// logged. Its messages reach their queues when commit is told that they
+// are on disk, so that no consumer sees a message a crash takes back, and a
+// message the disk refused is nowhere.
+type sending struct {
+	st         *queueStore
+	results    []*pb.SendQueueMessageResult
+	ok         []*pb.QueueMessage // the messages admitted, in order
+	haveErrors bool
+	mark       uint64 // the log's last record once they were logged
+}
+
+// admit prepares msgs and logs the valid ones; commit stores them.
+func (st *queueStore) admit(msgs []*pb.QueueMessage) *sending {
 	now := time.Now().UnixNano()
-	results := make([]*pb.SendQueueMessageResult, len(msgs))
-	haveErrors := false
-	for i, m := range msgs {
-		results[i] = st.prepare(m, now)
-		haveErrors = haveErrors || results[i].IsError
-	}
-	ok := msgs
-	if haveErrors {
-		ok = make([]*pb.QueueMessage, 0, len(msgs))
-		for i, m := range msgs {
-			if !results[i].IsError {
-				ok = append(ok, m)
-			}
+	s := &sending{st: st, results: make([]*pb.SendQueueMessageResult, len(msgs)), ok: msgs}
+	var down error
+	if st.persist != nil {
+		if err := st.persist.failed(); err != nil {
+			down = refused(err)
 		}
 	}
-	st.send(ok, now)
-	if err := st.sync(); err != nil {
-		for _, r := range results {
-			if !r.IsError {
+	for i, m := range msgs {
+		r := st.prepare(m, now)
+		if !r.IsError && down != nil {
+			r.IsError, r.Error = true, down.Error()
+		}
+		if !r.IsError {
+			if err := st.queue(m.Channel).reserve(heldBytes(m), st.opts.MaxQueueBytes); err != nil {
 				r.IsError, r.Error = true, err.Error()
 			}
 		}
-		haveErrors = true
+		s.results[i] = r
+		s.haveErrors = s.haveErrors || r.IsError
 	}
-	return results, haveErrors
+	if s.haveErrors {
+		s.ok = make([]*pb.QueueMessage, 0, len(msgs))
+		for i, m := range msgs {
+			if !s.results[i].IsError {
+				s.ok = append(s.ok, m)
+			}
+		}
+	}
+	if p := st.persist; p != nil && len(s.ok) > 0 {
+		for _, m := range s.ok {
+			p.putNew(m)
+		}
+		s.mark = p.mark()
+	}
+	return s
+}
+
+// commit stores the admitted messages, or with err (the data dir failed
+// to keep them) refuses them.
+func (s *sending) commit(err error) {
+	if len(s.ok) == 0 {
+		return
+	}
+	for _, m := range s.ok { // put counts them as held, or they are refused
+		s.st.queue(m.Channel).reserved.Add(-heldBytes(m))
+	}
+	if err == nil {
+		s.st.send(s.ok, time.Now().UnixNano())
+		return
+	}
+	msg := refused(err).Error()
+	for _, m := range s.ok {
+		s.st.persist.forget(m)
+	}
+	for _, r := range s.results {
+		if !r.IsError {
+			r.IsError, r.Error = true, msg
+		}
+	}
+	s.haveErrors = true
 }
 
 // sync waits until what was logged is on disk (a no-op without a data
-// dir). A failed data dir is reported to senders; the rest goes on from
-// memory.
+// dir). A failed data dir is logged; what was stored goes on from memory.
 func (st *queueStore) sync() error {
 	if st.persist == nil {
 		return nil
 	}
-	if err := st.persist.sync(); err != nil {
-		return fmt.Errorf("broker: message kept in memory only: %w", err)
+	return st.persist.sync()
+}
+
+// await waits until the log's records up to n are on disk (a no-op
+// without a data dir).
+func (st *queueStore) await(n uint64) error {
+	if st.persist == nil {
+		return nil
 	}
-	return nil
+	return st.persist.await(n)
 }
 
 // restore loads the messages a data dir kept (Open, before serving), in
@@ -375,6 +435,40 @@ type queue struct {
 	delivered  int64
 	waiters    int
 	notify     chan struct{} // closed and cleared when messages arrive
+
+	// held is the heldBytes of the messages the queue holds (waiting,
+	// delayed, delivered and not settled); reserved those of sends
+	// admitted and not yet stored. Options.MaxQueueBytes bounds their sum.
+	held, reserved atomic.Int64
+}
+
+// msgOverhead is what a queue message costs the broker beyond its bytes
+// (the message, its attributes and policy, the ring's and the log's keys),
+// counted by heldBytes so that MaxQueueBytes bounds many small messages too.
+const msgOverhead = 256
+
+// heldBytes is m's size against MaxQueueBytes: body, metadata, tags, ids,
+// and msgOverhead. None of these change while a queue holds m.
+func heldBytes(m *pb.QueueMessage) int64 {
+	n := len(m.Body) + len(m.Metadata) + len(m.MessageID) + len(m.ClientID) + msgOverhead
+	for k, v := range m.Tags {
+		n += len(k) + len(v)
+	}
+	return int64(n)
+}
+
+// reserve counts n bytes of a send admitted against the queue's bound,
+// unless they would pass it; sending.commit settles them.
+func (q *queue) reserve(n, bound int64) error {
+	for {
+		r := q.reserved.Load()
+		if held := q.held.Load(); bound > 0 && held+r+n > bound {
+			return fmt.Errorf("broker: queue %s is full: it holds %d bytes, a message of %d would pass its bound of %d bytes", q.name, held+r, n, bound)
+		}
+		if q.reserved.CompareAndSwap(r, r+n) {
+			return nil
+		}
+	}
 }
 
 func msgBytes(m *pb.QueueMessage) int64 { return int64(len(m.Body) + len(m.Metadata)) }
@@ -385,6 +479,7 @@ func (q *queue) put(msgs []*pb.QueueMessage, now int64) {
 	defer q.mu.Unlock()
 	for _, m := range msgs {
 		q.sent++
+		q.held.Add(heldBytes(m))
 		if p := q.st.persist; p != nil {
 			p.put(m)
 		}
@@ -468,7 +563,7 @@ func (q *queue) popLocked(out []*pb.QueueMessage, n int, now int64, routed []*pb
 		q.readyBytes -= msgBytes(m)
 		if exp := m.Attributes.ExpirationAt; exp > 0 && exp <= now {
 			expired++
-			q.logGone(m)
+			q.gone(m)
 			continue
 		}
 		m.Attributes.ReceiveCount++
@@ -496,23 +591,23 @@ func (q *queue) deadLetterLocked(m *pb.QueueMessage, routed []*pb.QueueMessage) 
 		}
 		routed = append(routed, c)
 	}
-	q.logGone(m)
+	q.gone(m)
 	return routed
 }
 
-// logGone logs m as gone for good, with a data dir.
-func (q *queue) logGone(m *pb.QueueMessage) {
+// gone counts m out of the queue for good (acked, consumed, expired,
+// purged, moved to its dead letter queue), and logs it so with a data dir.
+func (q *queue) gone(m *pb.QueueMessage) {
+	q.held.Add(-heldBytes(m))
 	if p := q.st.persist; p != nil {
 		p.gone(m)
 	}
 }
 
-// logGoneAll logs msgs as consumed, with a data dir.
-func (q *queue) logGoneAll(msgs []*pb.QueueMessage) {
-	if p := q.st.persist; p != nil {
-		for _, m := range msgs {
-			p.gone(m)
-		}
+// goneAll is gone for each of msgs.
+func (q *queue) goneAll(msgs []*pb.QueueMessage) {
+	for _, m := range msgs {
+		q.gone(m)
 	}
 }
 
@@ -584,8 +679,8 @@ func (q *queue) take(ctx context.Context, max int, wait time.Duration, hold bool
 // taken ends a successful take: consumed messages (without hold) are gone
 // for good, on disk too before the caller answers, as an ack is.
 func (q *queue) taken(msgs []*pb.QueueMessage, expired int, hold bool) ([]*pb.QueueMessage, int, error) {
-	if !hold && len(msgs) > 0 && q.st.persist != nil {
-		q.logGoneAll(msgs)
+	if !hold && len(msgs) > 0 {
+		q.goneAll(msgs)
 		_ = q.st.sync() // a failed data dir is logged; the messages are delivered
 	}
 	return msgs, expired, nil
@@ -632,7 +727,7 @@ func (q *queue) peek(ctx context.Context, max int, wait time.Duration) ([]*pb.Qu
 			if exp := m.Attributes.ExpirationAt; exp > 0 && exp <= now {
 				q.ready.removeAt(i)
 				q.readyBytes -= msgBytes(m)
-				q.logGone(m)
+				q.gone(m)
 				expired++
 				continue
 			}
@@ -679,7 +774,7 @@ func (q *queue) purge(ctx context.Context, wait time.Duration) (uint64, error) {
 		q.mu.Lock()
 		n += uint64(q.ready.len())
 		for i := range q.ready.len() {
-			q.logGone(q.ready.at(i))
+			q.gone(q.ready.at(i))
 		}
 		q.ready.clear()
 		q.readyBytes = 0
@@ -697,19 +792,20 @@ func (q *queue) purge(ctx context.Context, wait time.Duration) (uint64, error) {
 	}
 }
 
-// ack settles held messages as done. With a data dir it returns once that
-// is on disk.
+// ack settles held messages as done. With a data dir the caller answers
+// once that is on disk (queueStore.sync or an answerer); a failed data dir
+// is logged, and the ack stands in memory.
 func (q *queue) ack(msgs []*pb.QueueMessage) {
 	q.mu.Lock()
 	q.inflight -= len(msgs)
-	q.logGoneAll(msgs)
+	q.goneAll(msgs)
 	q.mu.Unlock()
-	_ = q.st.sync() // a failed data dir is logged; the ack stands in memory
 }
 
 // nack settles held messages as failed: each goes back to the tail as a
 // new publish, or, when this was its last allowed receive, to its dead
-// letter queue or nowhere.
+// letter queue or nowhere. With a data dir the caller answers once that is
+// on disk, as for ack.
 func (q *queue) nack(msgs []*pb.QueueMessage) {
 	var routed []*pb.QueueMessage
 	now := time.Now().UnixNano()
@@ -728,7 +824,6 @@ func (q *queue) nack(msgs []*pb.QueueMessage) {
 	q.wakeLocked()
 	q.mu.Unlock()
 	q.st.reroute(routed)
-	_ = q.st.sync()
 }
 
 // release puts held messages back at the head, in order, as if they had
@@ -770,6 +865,7 @@ func (q *queue) restoreLocked(msgs []*pb.QueueMessage) {
 
 // requeue settles held messages by sending copies to channel, as new
 // messages with the same id (KubeMQ re-sends them through its send path).
+// With a data dir the caller answers once that is on disk, as for ack.
 func (st *queueStore) requeue(q *queue, msgs []*pb.QueueMessage, channel string) error {
 	now := time.Now().UnixNano()
 	copies := make([]*pb.QueueMessage, 0, len(msgs))

@@ -11,8 +11,12 @@ import (
 )
 
 // QueuesUpstream serves the queues_stream send side: each request is a
-// batch, answered with one result per message, in order.
+// batch, answered with one result per message, in order. With a data dir
+// the answers wait for the disk while the next requests are read, so that
+// the batches of one stream share fsyncs (answerer).
 func (s *Server) QueuesUpstream(stream pb.Kubemq_QueuesUpstreamServer) error {
+	a := newAnswerer(s.persist)
+	defer a.close()
 	for {
 		req, err := stream.Recv()
 		if err != nil {
@@ -21,12 +25,15 @@ func (s *Server) QueuesUpstream(stream pb.Kubemq_QueuesUpstreamServer) error {
 		resp := &pb.QueuesUpstreamResponse{RefRequestID: req.RequestID}
 		if len(req.Messages) == 0 {
 			resp.IsError, resp.Error = true, "no messages to send"
-		} else {
-			resp.Results, _ = s.queues.sendBatch(req.Messages)
+			a.answerAt(0, func(error) { _ = stream.Send(resp) })
+			continue
 		}
-		if err := stream.Send(resp); err != nil {
-			return nil
-		}
+		sn := s.queues.admit(req.Messages)
+		a.answerAt(sn.mark, func(err error) {
+			sn.commit(err)
+			resp.Results = sn.results
+			_ = stream.Send(resp) // a failed send means the stream is ending: Recv says so
+		})
 	}
 }
 
@@ -43,8 +50,9 @@ func (s *Server) QueuesDownstream(stream pb.Kubemq_QueuesDownstreamServer) error
 
 // downstream is the state of one QueuesDownstream stream.
 type downstream struct {
-	st     *queueStore
-	stream pb.Kubemq_QueuesDownstreamServer
+	st      *queueStore
+	stream  pb.Kubemq_QueuesDownstreamServer
+	answers *answerer // settlements' answers, once on disk
 
 	sendMu sync.Mutex // gRPC forbids concurrent Send
 
@@ -71,7 +79,7 @@ func (st *queueStore) downstream(stream pb.Kubemq_QueuesDownstreamServer) error 
 	stopAfter := context.AfterFunc(st.ctx, cancel)
 	defer stopAfter()
 
-	d := &downstream{st: st, stream: stream, txns: map[string]*txn{}}
+	d := &downstream{st: st, stream: stream, answers: newAnswerer(st.persist), txns: map[string]*txn{}}
 	polls := make(chan *pb.QueuesDownstreamRequest, pendingPollsPerStream)
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -89,6 +97,7 @@ func (st *queueStore) downstream(stream pb.Kubemq_QueuesDownstreamServer) error 
 	defer func() {
 		cancel()
 		wg.Wait()
+		d.answers.close()
 		d.releaseAll()
 	}()
 	for {
@@ -110,8 +119,10 @@ func (st *queueStore) downstream(stream pb.Kubemq_QueuesDownstreamServer) error 
 			}
 			continue
 		}
+		// The settlement is carried out now; its answer (and the answers
+		// after it) waits until it is on disk.
 		if resp := d.settle(req); resp != nil {
-			d.send(resp)
+			d.answers.answer(func(error) { d.send(resp) })
 		}
 	}
 }

@@ -53,6 +53,14 @@ type Options struct {
 	// MaxMessageBytes is the largest gRPC message accepted; bigger ones
 	// are refused with ResourceExhausted. Default 100 MiB.
 	MaxMessageBytes int
+	// MaxQueueBytes bounds what each queue channel holds: its messages
+	// waiting, delayed, and delivered but not yet settled, each counted as
+	// its body, metadata, tags and ids plus 256 bytes of the broker's own
+	// (so that many small messages are bounded too). A send that would pass
+	// it is refused: its result is an error naming the queue and the bound;
+	// what the broker moves itself (dead letters, re-queues, a restart's
+	// replay) is not refused. Default 256 MiB; negative: no bound.
+	MaxQueueBytes int64
 	// DefaultMaxReceiveCount applies to queue messages sent without a
 	// policy; it is also the largest MaxReceiveCount a message may ask for,
 	// like KubeMQ's queue.maxReceiveCount setting. Default 1024.
@@ -67,6 +75,10 @@ type Options struct {
 	// TLS, when its Cert and Key are set, serves gRPC over TLS; its
 	// ClientCA makes it mutual TLS. The files are read at each Start.
 	TLS TLSFiles
+
+	// diskFault, set by tests (export_test.go), fails data dir file
+	// operations as a full disk would (faultFunc).
+	diskFault faultFunc
 }
 
 func (o *Options) setDefaults() {
@@ -81,6 +93,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.MaxMessageBytes <= 0 {
 		o.MaxMessageBytes = 100 << 20
+	}
+	if o.MaxQueueBytes == 0 {
+		o.MaxQueueBytes = DefaultMaxQueueBytes
 	}
 	if o.DefaultMaxReceiveCount <= 0 {
 		o.DefaultMaxReceiveCount = 1024
@@ -98,6 +113,9 @@ func (o *Options) setDefaults() {
 		o.SegmentBytes = 16 << 20
 	}
 }
+
+// DefaultMaxQueueBytes is the default of Options.MaxQueueBytes.
+const DefaultMaxQueueBytes int64 = 256 << 20
 
 // The default events store bounds, per channel.
 const (
@@ -244,7 +262,18 @@ func (s *Server) attach(lis net.Listener) (*grpc.Server, error) {
 	pb.RegisterKubemqServer(g, s)
 	s.grpc, s.lis, s.addr = g, lis, lis.Addr().String()
 	s.log.Info("broker listening", "addr", s.addr, "tls", s.opts.TLS.Enabled(), "mtls", s.opts.TLS.ClientCA != "", "auth_token", s.opts.AuthToken != "")
+	if s.opts.AuthToken == "" && !loopback(lis.Addr()) {
+		s.log.Warn("broker listens beyond loopback without an auth token: whoever reaches it can read, send and remove every queue's messages and events; set --auth-token-file, --auth-token or INFERQ_BROKER_AUTH_TOKEN (serve --embedded-broker: broker.auth_token)",
+			"addr", s.addr)
+	}
 	return g, nil
+}
+
+// loopback reports whether a listener's address is reachable from this
+// host only.
+func loopback(a net.Addr) bool {
+	ta, ok := a.(*net.TCPAddr)
+	return ok && ta.IP.IsLoopback()
 }
 
 // Addr is the address the server listens on, or "" before Start. After
