@@ -1,6 +1,6 @@
 package broker_test
 
-// Conformance rows for queues (shared/KUBEMQ.md, "Redelivery and the dead
+// Conformance rows for queues (docs/KUBEMQ.md, "Redelivery and the dead
 // letter queue" and the traps), through the real kubemq-go v1.9.0 clients.
 // They run with the default 1 s poll floor so that they also pass against a
 // real KubeMQ; each runs in parallel and takes a few seconds at most (the

@@ -1,7 +1,7 @@
 package broker_test
 
 // Conformance rows for rules that clients other than kubemq-go meet first
-// (issue 14, shared/KUBEMQ.md traps 15 and 18): events store client ids,
+// (issue 14, docs/KUBEMQ.md traps 15 and 18): events store client ids,
 // the empty queue batch, and Ping. Raw gRPC, since kubemq-go v1.9.0
 // swallows a refused events store subscription.
 

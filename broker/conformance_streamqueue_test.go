@@ -1,7 +1,7 @@
 package broker_test
 
 // Conformance rows for the legacy per-message queue stream,
-// StreamQueueMessage (issue 14 item 1; shared/KUBEMQ.md trap 18): the only
+// StreamQueueMessage (issue 14 item 1; docs/KUBEMQ.md trap 18): the only
 // stream receive of kubemq-js 1.x and of the Java and C# v1 SDKs. Raw gRPC,
 // so that the rows test the wire the way those SDKs use it; the semantics
 // are the real broker's (pkg/client/queue.go of KubeMQ v2.4.0). Each row

@@ -11,7 +11,7 @@
 // tests and `inferq serve --embedded-broker` can talk real gRPC through the
 // real kubemq-go client without an external KubeMQ. It is not meant for
 // production. It reproduces the KubeMQ semantics that clients rely on (see
-// shared/KUBEMQ.md in the steering repository), not the real broker's bugs,
+// docs/KUBEMQ.md), not the real broker's bugs,
 // with one exception on purpose: messages stranded in partly settled poll
 // transactions (trap 13, queue_strand.go). Clients must be built around that
 // trap, so the embedded broker makes them meet it, and the path they run in

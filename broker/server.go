@@ -28,7 +28,7 @@ type Options struct {
 	// the server reports (DelayedTo, ExpirationAt) follow the shortened clock.
 	SecondLength time.Duration
 	// InfoLatency delays every QueuesInfo answer, which holds the counts
-	// taken when the call came: KubeMQ's costs ~3-10 ms (shared/KUBEMQ.md
+	// taken when the call came: KubeMQ's costs ~3-10 ms (docs/KUBEMQ.md
 	// trap 14), and by the time it answers it may be out of date. Tests
 	// set it to see that nothing waits on a count it need not wait on, and
 	// that a late count misleads no one. Default 0.
