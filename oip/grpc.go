@@ -3,6 +3,7 @@ package oip
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -61,6 +62,9 @@ type GRPCConfig struct {
 	// grpcrepo.go); nil: the served models are the index and loads and
 	// unloads are refused.
 	Repository ModelRepository
+	// Logger receives the panics of handlers, recovered (ERROR); nil
+	// discards them.
+	Logger *slog.Logger
 }
 
 // maxMessageBytes bounds a gRPC message whatever models are served:
@@ -114,6 +118,8 @@ func NewGRPCServer[M Model](s Inference[M], c GRPCConfig, opts ...grpc.ServerOpt
 	opts = append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(int(maxBody)),
 		grpc.InTapHandle(g.tap),
+		grpc.ChainUnaryInterceptor(recoverUnary(logger(c.Logger))),
+		grpc.ChainStreamInterceptor(recoverStream(logger(c.Logger))),
 	}, opts...)
 	srv := grpc.NewServer(opts...)
 	pb.RegisterGRPCInferenceServiceServer(srv, g)

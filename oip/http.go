@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -45,6 +46,9 @@ type HTTPConfig struct {
 	// Routes are more handlers, by mux pattern, behind AuthToken too (the
 	// model repository extension, /v2/repository/...).
 	Routes map[string]http.Handler
+	// Logger receives the panics of handlers, recovered (ERROR); nil
+	// discards them.
+	Logger *slog.Logger
 }
 
 // healthPaths are served without the bearer token: the kubelet's probes
@@ -114,7 +118,7 @@ func Handler[M Model](s Server[M], c HTTPConfig) http.Handler {
 	if _, taken := c.Routes["/"]; !taken {
 		mux.HandleFunc("/", noRoute(mux))
 	}
-	return h
+	return recoverHTTP(logger(c.Logger), h)
 }
 
 // requireToken answers 401 to a request without "Authorization: Bearer

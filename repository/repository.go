@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"sync"
@@ -457,7 +458,16 @@ func (r *Repository) loadChanged(ctx context.Context, m *model, e *Entry) map[in
 	return fresh
 }
 
-func (r *Repository) loadVersion(ctx context.Context, m *model, e *Entry, v Version) (*served, error) {
+func (r *Repository) loadVersion(ctx context.Context, m *model, e *Entry, v Version) (_ *served, err error) {
+	// A load that panics (a loader bug, a config the checks let through)
+	// fails this version, which shows UNAVAILABLE with the reason; it
+	// must not take the serving process down, nor leave it LOADING.
+	defer func() {
+		if p := recover(); p != nil {
+			r.log.Error("model repository: loading a version panicked", "model", m.name, "version", v.N, "panic", p, "stack", string(debug.Stack()))
+			err = fmt.Errorf("loading it failed: internal error: %v", p)
+		}
+	}()
 	start := time.Now()
 	mc := e.Model
 	mc.Path = v.Path

@@ -38,7 +38,7 @@ func (w *Worker) listenGRPC(context.Context) error {
 	}
 	w.glis = lis
 	w.gs = oip.NewGRPCServer(w.srv, oip.GRPCConfig{Metrics: w.met, Gatherer: w.cfg.Registry, AuthToken: token,
-		MaxConcurrentInfer: g.MaxConcurrentRequests, Repository: w.cfg.Repository}, opts...)
+		MaxConcurrentInfer: g.MaxConcurrentRequests, Repository: w.cfg.Repository, Logger: w.log.With("component", "grpc")}, opts...)
 	w.log.Info("grpc listening", "addr", lis.Addr().String(), "tls", len(opts) > 0, "auth", token != "")
 	if token == "" && !loopback(lis.Addr()) {
 		w.log.Warn("grpc listens beyond loopback without a bearer token: whoever reaches it can run inference; set http.auth_token, http.auth_token_file or INFERQ_HTTP_AUTH_TOKEN",

@@ -384,7 +384,7 @@ func (w *Worker) listen(context.Context) error {
 	w.lis = lis
 	w.hs = &http.Server{
 		Handler: oip.Handler(w.srv, oip.HTTPConfig{Gatherer: w.cfg.Registry, Metrics: w.met, Devices: w.cfg.Devices,
-			AuthToken: token, MaxConcurrentInfer: h.MaxConcurrentRequests, Routes: w.cfg.Routes}),
+			AuthToken: token, MaxConcurrentInfer: h.MaxConcurrentRequests, Routes: w.cfg.Routes, Logger: w.log.With("component", "http")}),
 		// A client that declares a body and trickles it holds a
 		// connection and an infer slot until ReadTimeout, no longer.
 		ReadHeaderTimeout: h.ReadHeaderTimeout.D(),
