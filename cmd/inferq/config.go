@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
 
 	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/mq"
@@ -62,7 +61,8 @@ func (a *app) loadConfig(f configFlags) (*models.Config, error) {
 	if f.path == "" {
 		return nil, usageErrorf("no config: pass --config FILE (or set INFERQ_CONFIG); configs/embedded.yaml is an example")
 	}
-	data, err := os.ReadFile(f.path)
+	// A regular file of at most 1 MiB, never a pipe that blocks (models).
+	data, err := models.ReadConfigFile(f.path)
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
 	}

@@ -4,7 +4,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/inferq/inferq/models"
 )
@@ -62,5 +64,34 @@ func TestLoadConfigErrors(t *testing.T) {
 	}
 	if _, err := a.loadConfig(configFlags{path: p}); err == nil || !strings.Contains(err.Error(), "broker.tls") {
 		t.Errorf("env that breaks the config: %v", err)
+	}
+}
+
+// The main config is read like a repository's config.yaml: a named pipe
+// is refused at once instead of blocking serve, and a file over 1 MiB is
+// refused without being read whole.
+func TestLoadConfigFileKinds(t *testing.T) {
+	a, _, _ := testApp(nil)
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "pipe.yaml")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := a.loadConfig(configFlags{path: fifo}); done <- err }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "not a regular file") {
+			t.Errorf("a named pipe: %v, want it refused as not a regular file", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("reading a named pipe as the config blocked")
+	}
+	big := filepath.Join(dir, "big.yaml")
+	if err := os.WriteFile(big, []byte("# "+strings.Repeat("x", 2<<20)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.loadConfig(configFlags{path: big}); err == nil || !strings.Contains(err.Error(), "over the limit") {
+		t.Errorf("a 2 MiB config: %v, want it refused over the limit", err)
 	}
 }
