@@ -33,13 +33,6 @@ var ErrQueueFull = errors.New("queue full")
 // answer UNAVAILABLE.
 var ErrQueueTimeout = errors.New("queue timeout")
 
-// Unavailable reports whether err refuses a request for the model's load
-// (ErrQueueFull, ErrQueueTimeout): the caller may retry later. For the
-// gRPC path's status mapping (UNAVAILABLE).
-func Unavailable(err error) bool {
-	return errors.Is(err, ErrQueueFull) || errors.Is(err, ErrQueueTimeout)
-}
-
 // queuePolicy is one model's queue bound and timeout, and its count of
 // pending requests.
 type queuePolicy struct {
