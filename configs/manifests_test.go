@@ -21,6 +21,7 @@ import (
 
 	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/scaler"
+	"github.com/inferq/inferq/shard"
 )
 
 type obj = map[string]any
@@ -902,5 +903,29 @@ func TestCrashKeyFromSecret(t *testing.T) {
 		if strings.HasSuffix(k, "Secret") && get(t, o, "metadata", "name") == secret["secretName"] {
 			t.Errorf("the manifests ship the Secret %v: its key would be every user's", secret["secretName"])
 		}
+	}
+}
+
+// The StatefulSet runs as a fleet (docs/operating.md "Fleets"): every
+// replica spreads its queues over the same shard count, at least
+// maxReplicaCount + 1 (shard.ForFleet), so that producers that do not
+// shard are served by every replica, and the ScaledObject sums the same
+// shards.
+func TestFleetShards(t *testing.T) {
+	all := manifests(t)
+	c := get(t, all["StatefulSet"], "spec", "template", "spec", "containers", 0)
+	shards := ""
+	for _, a := range get(t, c, "args").([]any) {
+		if s, _ := a.(string); strings.HasPrefix(s, "--queue-shards=") {
+			shards = strings.TrimPrefix(s, "--queue-shards=")
+		}
+	}
+	so := all["ScaledObject"]
+	maxReplicas, _ := get(t, so, "spec", "maxReplicaCount").(int)
+	if n := atoi(t, shards); int(n) < shard.ForFleet(maxReplicas) {
+		t.Errorf("--queue-shards=%s: want at least %d for maxReplicaCount %d", shards, shard.ForFleet(maxReplicas), maxReplicas)
+	}
+	if got := get(t, get(t, so, "spec", "triggers", 0), "metadata", "queueShards"); got != shards {
+		t.Errorf("the ScaledObject's queueShards %v, want the replicas' %s", got, shards)
 	}
 }
