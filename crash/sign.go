@@ -7,6 +7,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"os"
+	"strings"
 	"time"
 )
 
@@ -63,6 +66,35 @@ func CheckKey(key []byte) error {
 		return fmt.Errorf("crash: the fleet key is %d bytes; want at least %d (random, e.g. openssl rand -hex 32)", len(key), MinKeyBytes)
 	}
 	return nil
+}
+
+// MaxKeyFileBytes bounds a fleet key file: a key is a short random
+// string, so anything larger is not one.
+const MaxKeyFileBytes = 4096
+
+// ReadKeyFile reads the fleet key from the file at path (a mounted
+// Secret: its files are symlinks into the volume's ..data directory, and
+// they are followed): at most MaxKeyFileBytes, trimmed, checked by
+// CheckKey. Errors never show the file's content; the caller names the
+// path.
+func ReadKeyFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, errors.Unwrap(err) // the path is in the caller's message
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxKeyFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read: %w", errors.Unwrap(err))
+	}
+	if len(b) > MaxKeyFileBytes {
+		return nil, fmt.Errorf("over %d bytes: not a key", MaxKeyFileBytes)
+	}
+	key := []byte(strings.TrimSpace(string(b)))
+	if err := CheckKey(key); err != nil {
+		return nil, err
+	}
+	return key, nil
 }
 
 // Sign returns r signed with key for channel at time at: At set to at (in

@@ -1,18 +1,11 @@
 package main
 
 import (
-	"errors"
 	"fmt"
-	"io"
-	"os"
 	"strings"
 
 	"github.com/inferq/inferq/crash"
 )
-
-// maxCrashKeyFileBytes bounds the fleet key file read: a key is a short
-// random string, so anything larger is not one.
-const maxCrashKeyFileBytes = 4096
 
 // crashKey is the fleet key that signs crash reports (crash.FleetConfig.Key):
 // the trimmed content of file (--crash-key-file, else
@@ -36,31 +29,9 @@ func crashKey(a *app, file string) ([]byte, error) {
 	case file == "":
 		return nil, nil
 	}
-	key, err := readKeyFile(file)
+	key, err := crash.ReadKeyFile(file)
 	if err != nil {
-		return nil, fmt.Errorf("--crash-key-file %s: %w", file, err)
-	}
-	if err := crash.CheckKey(key); err != nil {
 		return nil, fmt.Errorf("--crash-key-file %s: %w", file, err)
 	}
 	return key, nil
-}
-
-// readKeyFile reads a key file of at most maxCrashKeyFileBytes, trimmed.
-// A Kubernetes Secret volume's files are symlinks into its ..data
-// directory: they are followed.
-func readKeyFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, errors.Unwrap(err) // the path is in the caller's message
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxCrashKeyFileBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("read: %w", errors.Unwrap(err))
-	}
-	if len(b) > maxCrashKeyFileBytes {
-		return nil, fmt.Errorf("over %d bytes: not a key", maxCrashKeyFileBytes)
-	}
-	return []byte(strings.TrimSpace(string(b))), nil
 }

@@ -22,9 +22,3 @@ func openRepository(ctx context.Context, log *slog.Logger, c *models.Config, env
 	}
 	return repository.FromConfig(ctx, c, repository.ORTLoader(env, placer, o), log)
 }
-
-// withRepository is repository.AddTo: repo's models, devices, batchers,
-// HTTP routes and gRPC control added to wc (repo may be nil).
-func withRepository(wc worker.Config, repo *repository.Repository) worker.Config {
-	return repository.AddTo(wc, repo)
-}

@@ -11,11 +11,11 @@ import (
 	"github.com/inferq/inferq/worker"
 )
 
-// A model repository reaches the gRPC endpoint too: withRepository sets
+// A model repository reaches the gRPC endpoint too: repository.AddTo sets
 // the worker's Repository (Triton's repository RPCs) beside the HTTP
 // routes, and its errors carry the codes' cases.
 func TestWithRepositoryGRPC(t *testing.T) {
-	if wc := withRepository(worker.Config{}, nil); wc.Repository != nil || wc.Routes != nil {
+	if wc := repository.AddTo(worker.Config{}, nil); wc.Repository != nil || wc.Routes != nil {
 		t.Fatalf("without a repository: %+v", wc)
 	}
 	noLoad := func(context.Context, models.Model) (*repository.Instance, error) {
@@ -25,7 +25,7 @@ func TestWithRepositoryGRPC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wc := withRepository(worker.Config{}, repo)
+	wc := repository.AddTo(worker.Config{}, repo)
 	if wc.Routes == nil || wc.Repository == nil {
 		t.Fatalf("with a repository: routes %v, gRPC repository %v", wc.Routes != nil, wc.Repository)
 	}

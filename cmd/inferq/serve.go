@@ -16,7 +16,9 @@ import (
 	"github.com/inferq/inferq/broker"
 	"github.com/inferq/inferq/consumer"
 	"github.com/inferq/inferq/crash"
+	"github.com/inferq/inferq/faultinject"
 	"github.com/inferq/inferq/models"
+	"github.com/inferq/inferq/repository"
 	"github.com/inferq/inferq/runtime"
 	"github.com/inferq/inferq/worker"
 	"github.com/prometheus/client_golang/prometheus"
@@ -185,7 +187,7 @@ func serve(ctx context.Context, a *app, log *slog.Logger, c *models.Config, f se
 		return err
 	}
 	defer stopGPUMetrics()
-	lo := worker.LoadOptions{Warm: !f.noWarmup, Wrap: faultHook(a.getenv), Observer: met.BatchObserver, Logger: log}
+	lo := worker.LoadOptions{Warm: !f.noWarmup, Wrap: faultinject.Hook(a.getenv), Observer: met.BatchObserver, Logger: log}
 	loaded, err := worker.LoadModels(ctx, env, c.Models, placements, lo)
 	defer loaded.Close() // on error too: it holds the sessions opened before the failure
 	if err != nil {
@@ -204,7 +206,7 @@ func serve(ctx context.Context, a *app, log *slog.Logger, c *models.Config, f se
 		return err
 	}
 	defer stopTracing()
-	w, err := worker.New(ctx, withRepository(f.workerConfig(c, loaded, reg, met, tp, log), repo))
+	w, err := worker.New(ctx, repository.AddTo(f.workerConfig(c, loaded, reg, met, tp, log), repo))
 	if err != nil {
 		if repo != nil {
 			repo.Close()
