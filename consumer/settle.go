@@ -333,14 +333,7 @@ func (s *Server) moveTo(ctx context.Context, batch []*mq.Message, channel string
 	for i, m := range batch {
 		outs[i] = moved(m, channel)
 	}
-	b := &backoff.ExponentialBackOff{InitialInterval: sendBackoff, RandomizationFactor: 0.2, Multiplier: 2, MaxInterval: 4 * sendBackoff}
-	_, err := backoff.Retry(ctx, func() (struct{}, error) {
-		err := s.sender.Send(ctx, outs...)
-		if err != nil && !retryable(err) {
-			return struct{}{}, backoff.Permanent(err)
-		}
-		return struct{}{}, err
-	}, backoff.WithBackOff(b), backoff.WithMaxTries(sendTries), backoff.WithMaxElapsedTime(0))
+	err := s.send(ctx, "move to "+channel, batch[0], func(ctx context.Context) error { return s.sender.Send(ctx, outs...) })
 	if err != nil {
 		return fmt.Errorf("consumer: move %d messages to %s: %w", len(batch), channel, err)
 	}
@@ -389,7 +382,7 @@ func (s *Server) retry(ctx context.Context, j *job, o settlement) {
 		return
 	}
 	s.log.Info("retrying task", "task_id", t.ID, "model", j.adm.Model.Config.Name, "attempt", j.attempt, "of", limit, "delay", o.delay, "err", o.err)
-	err := s.send(ctx, j, "delayed resend", func(ctx context.Context) error {
+	err := s.send(ctx, "delayed resend", j.msg, func(ctx context.Context) error {
 		return s.sender.SendRetry(ctx, j.msg, o.delay, j.attempt+1)
 	})
 	switch {
@@ -417,7 +410,7 @@ func (s *Server) deadLetter(ctx context.Context, j *job, o settlement) {
 		dest = j.adm.Model.Config.DLQQueue
 	}
 	s.log.Warn("task failed for good; moving it to the dead letter queue", "task_id", t.ID, "model", name, "attempts", o.attempts, "dlq", dest, "err", o.err)
-	err := s.send(ctx, j, "move to the dead letter queue", func(ctx context.Context) error {
+	err := s.send(ctx, "move to the dead letter queue", j.msg, func(ctx context.Context) error {
 		return s.sender.SendDeadLetter(ctx, j.msg, dest, errString(o.err), o.attempts)
 	})
 	if err == nil {
@@ -442,7 +435,7 @@ func (s *Server) forward(ctx context.Context, j *job, o settlement) {
 		s.met.Tasks.WithLabelValues("", OutcomeUnprocessable).Inc()
 	}
 	s.log.Warn("unprocessable message", "queue", j.q.name, "msg", j.msg, "to", dest, "err", o.err)
-	err := s.send(ctx, j, "forward to the unprocessable queue", func(ctx context.Context) error {
+	err := s.send(ctx, "forward to the unprocessable queue", j.msg, func(ctx context.Context) error {
 		return s.sender.SendCopy(ctx, j.msg, dest, map[string]string{mq.TagError: errString(o.err), mq.TagOrigin: j.q.name})
 	})
 	if err == nil {
@@ -475,11 +468,11 @@ const (
 	forwardReceives = 5
 )
 
-// send runs op, a send that settles j's message, up to sendTries times
+// send runs op, a send that settles msg (what names it in logs), up to sendTries times
 // while it fails for a temporary reason, with backoff between tries, and
 // returns its last error. It stops at once on a permanent error (see
 // retryable) and when ctx ends.
-func (s *Server) send(ctx context.Context, j *job, what string, op func(context.Context) error) error {
+func (s *Server) send(ctx context.Context, what string, msg any, op func(context.Context) error) error {
 	var last error
 	b := &backoff.ExponentialBackOff{InitialInterval: sendBackoff, RandomizationFactor: 0.2, Multiplier: 2, MaxInterval: 4 * sendBackoff}
 	_, _ = backoff.Retry(ctx, func() (struct{}, error) {
@@ -493,7 +486,7 @@ func (s *Server) send(ctx context.Context, j *job, what string, op func(context.
 		backoff.WithMaxTries(sendTries),
 		backoff.WithMaxElapsedTime(0),
 		backoff.WithNotify(func(err error, d time.Duration) {
-			s.log.Debug("send failed; trying again", "what", what, "msg", j.msg, "in", d, "err", err)
+			s.log.Debug("send failed; trying again", "what", what, "msg", msg, "in", d, "err", err)
 		}))
 	return last
 }
