@@ -1,13 +1,11 @@
 package oip_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/inferq/inferq/consumer"
@@ -25,30 +23,12 @@ type panicRepo struct{ fakeRepo }
 
 func (*panicRepo) Load(context.Context, string) error { panic("loader bug") }
 
-// syncBuffer is a log sink safe for the servers' goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // A handler that panics answers an internal error, the panic is logged at
 // ERROR, and the process goes on serving: over gRPC (grpc-go recovers
 // nothing, so a panicking RepositoryModelLoad killed the process) and
 // over HTTP.
 func TestHandlersRecoverPanics(t *testing.T) {
-	var logs syncBuffer
+	var logs consumertest.LogBuffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	met, err := consumer.NewMetrics(prometheus.NewRegistry())
 	if err != nil {

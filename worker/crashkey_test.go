@@ -12,6 +12,7 @@ import (
 	"github.com/inferq/inferq/broker"
 	"github.com/inferq/inferq/broker/brokertest"
 	"github.com/inferq/inferq/consumer"
+	"github.com/inferq/inferq/consumer/consumertest"
 	"github.com/inferq/inferq/crash"
 	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/mq"
@@ -26,7 +27,7 @@ func TestWorkerCrashKey(t *testing.T) {
 	srv := brokertest.NewServer(t, broker.Options{PollWaitFloor: 20 * time.Millisecond, SecondLength: 20 * time.Millisecond})
 	const warning = "crash reports are not signed"
 	start := func(t *testing.T, key []byte, local bool) (*Worker, string, error) {
-		var logs syncBuf
+		var logs consumertest.LogBuffer
 		w, err := New(context.Background(), Config{
 			Broker:           mq.Config{Address: srv.Addr, ClientID: "crash-key-" + strings.ReplaceAll(t.Name(), "/", "-")},
 			Models:           []consumer.Model{mlpModel("mlp", nil)},

@@ -1,14 +1,12 @@
 package worker
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -18,30 +16,13 @@ import (
 	"github.com/inferq/inferq/broker/brokertest"
 	"github.com/inferq/inferq/client"
 	"github.com/inferq/inferq/consumer"
+	"github.com/inferq/inferq/consumer/consumertest"
 	"github.com/inferq/inferq/crash"
 	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/mq"
 	"github.com/inferq/inferq/task"
 	"github.com/inferq/inferq/tensor"
 )
-
-// syncBuf is a log destination safe for concurrent writes.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // A full data dir (issue 27 item 6) as the worker shows it: tasks run,
 // one warning, /readyz fails with journal_ok false, and /metrics has
@@ -50,7 +31,7 @@ func (s *syncBuf) String() string {
 func TestWorkerJournalFullDisk(t *testing.T) {
 	srv := brokertest.NewServer(t, broker.Options{PollWaitFloor: 20 * time.Millisecond, SecondLength: 20 * time.Millisecond})
 	var full atomic.Bool
-	var logs syncBuf
+	var logs consumertest.LogBuffer
 	w, err := New(context.Background(), Config{
 		Broker:   mq.Config{Address: srv.Addr, ClientID: "journal-test"},
 		Models:   []consumer.Model{mlpModel("mlp", nil)},

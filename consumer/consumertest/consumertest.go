@@ -242,3 +242,22 @@ func Do(tb testing.TB, method, url string, body []byte, header map[string]string
 	}
 	return resp, b
 }
+
+// LogBuffer is a log sink (for slog handlers) safe for the concurrent
+// writes of a server's goroutines; String is what was written so far.
+type LogBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *LogBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *LogBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
