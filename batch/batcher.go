@@ -315,6 +315,7 @@ type Batcher struct {
 	state   batcherState
 
 	running atomic.Int64 // items in runs
+	busy    atomic.Int64 // run time so far, summed over runs (ns)
 	waiters sync.Pool    // of *waiter, for Submit
 }
 
@@ -368,6 +369,14 @@ func (b *Batcher) Queued() int { return len(b.tokens) }
 
 // InFlight returns the number of items in runs now.
 func (b *Batcher) InFlight() int { return int(b.running.Load()) }
+
+// Busy returns the wall time the batcher's runs have taken so far, summed
+// over its runs, and its run slots (runners x concurrency). The change of
+// busy over a span, divided by the span and by slots, is the share of the
+// time its devices were running: near 1 when they are the bottleneck.
+func (b *Batcher) Busy() (busy time.Duration, slots int) {
+	return time.Duration(b.busy.Load()), len(b.runners) * b.conc
+}
 
 // Flush tells the batcher that nothing more is on its way for the requests
 // it holds: a shape group holding a request enqueued before the call runs

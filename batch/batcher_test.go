@@ -924,3 +924,28 @@ func TestBatcherLoad(t *testing.T) {
 	t.Logf("%d accepted + %d submitted; %d items in %d runs (%.2f items/run); at most %d runs in flight",
 		accepted.Load(), submitted.Load(), items, len(f.snapshot()), float64(items)/float64(len(f.snapshot())), f.maxTotal)
 }
+
+// TestBatcherBusy: Busy sums the wall time of the runs (at least what the
+// simulated device slept for each) and gives the run slots.
+func TestBatcherBusy(t *testing.T) {
+	f := newFake(2)
+	f.open()
+	lat := batch.Latency{Base: 5 * time.Millisecond, PerRow: time.Millisecond}
+	runners := f.runners()
+	for i := range runners {
+		runners[i] = batch.Simulate(runners[i], lat)
+	}
+	b, _ := startBatcher(t, batch.Config{Policy: policy(4, time.Hour), Runners: runners, Concurrency: 3})
+	if busy, slots := b.Busy(); busy != 0 || slots != 6 {
+		t.Fatalf("Busy() before any run = %v, %d; want 0, 6", busy, slots)
+	}
+	c := newCollector()
+	for i := range 12 {
+		enqueue(t, b, c.req(fitem(fmt.Sprint("b", i), 1, 8), false))
+	}
+	c.wait(t, 12)
+	busy, _ := b.Busy()
+	if want := 3 * lat.For(4); busy < want {
+		t.Errorf("Busy() after 3 runs of 4 rows = %v, want at least %v", busy, want)
+	}
+}

@@ -607,6 +607,7 @@ func (b *Batcher) runBatch(i int, bt *batch) {
 		res := b.runners[i].RunBatch(context.Background(), bt.items)
 		elapsed := time.Since(start)
 		b.running.Add(-n)
+		b.busy.Add(int64(elapsed))
 		if b.obs != nil {
 			b.obs.ObserveBatch(Stats{Runner: i, Items: len(reqs), Rows: rows, Run: elapsed})
 		}

@@ -18,7 +18,6 @@ import (
 	"github.com/inferq/inferq/models/examples"
 	"github.com/inferq/inferq/mq"
 	"github.com/inferq/inferq/runtime"
-	"github.com/inferq/inferq/shard"
 	"github.com/inferq/inferq/task"
 	"github.com/inferq/inferq/tensor"
 	"github.com/inferq/inferq/worker"
@@ -443,13 +442,7 @@ func (b *bencher) setup(ctx context.Context, m *benchModel, idle []*benchModel, 
 	log := b.log.With("mode", mode)
 	srvSpec := serverSpec{
 		conn: b.conn, clientID: "inferq-bench-" + b.runID, busy: m, queue: queue, bs: bs,
-		idle: idle, servers: b.cfg.Servers, shards: b.cfg.QueueShards, log: log,
-	}
-	if b.cfg.Servers > 1 && b.cfg.QueueShards <= 1 {
-		// A fleet runs as the docs tell its operator (shard.ForFleet); its
-		// producers still send to the queue's own name, as producers that
-		// know nothing of shards do.
-		srvSpec.shards = shard.ForFleet(b.cfg.Servers)
+		idle: idle, servers: b.cfg.Servers, shards: b.cfg.ServerShardCount(), log: log,
 	}
 	switch mode {
 	case ModeDirect:

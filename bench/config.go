@@ -65,6 +65,9 @@ type Config struct {
 	// QueueShards spreads the queue mode's queue over that many shards
 	// (consumer.Config.QueueShards), the producers hashing task ids.
 	QueueShards int
+	// ServerShards is the servers' --queue-shards in queue mode; 0: as
+	// the docs tell an operator (ServerShardCount).
+	ServerShards int
 	// SimLatency, when set, runs every model on a simulated accelerator
 	// per server (batch.Simulate): each run takes at least Base + PerRow x
 	// rows, one run at a time per instance, the real model still running.
@@ -198,6 +201,10 @@ func (c *Config) checkLoad() error {
 		return fmt.Errorf("--servers %d: want at least 1", c.Servers)
 	case c.QueueShards < 0 || c.QueueShards > shard.Max:
 		return fmt.Errorf("--queue-shards %d: want 1 to %d", c.QueueShards, shard.Max)
+	case c.ServerShards < 0 || c.ServerShards > shard.Max:
+		return fmt.Errorf("--server-shards %d: want 1 to %d, or 0 for the recommended count", c.ServerShards, shard.Max)
+	case c.ServerShards > 0 && c.QueueShards > 1 && c.ServerShards != c.QueueShards:
+		return fmt.Errorf("--server-shards %d with --queue-shards %d: producers that hash over shards need the servers to use the same count", c.ServerShards, c.QueueShards)
 	case c.Drain <= 0:
 		return fmt.Errorf("--drain-timeout %v: want a positive duration", c.Drain)
 	case c.PlotPath != "" && !strings.HasSuffix(strings.ToLower(c.PlotPath), ".png"):
@@ -242,4 +249,19 @@ func (c *Config) brokerConn(addr string, embedded bool) mq.Config {
 func withClientID(conn mq.Config, id string) mq.Config {
 	conn.ClientID = id
 	return conn
+}
+
+// ServerShardCount is the servers' --queue-shards in queue mode: the
+// producers' count when they hash over shards, else ServerShards, else
+// what the docs tell an operator to set (shard.ForFleet): a fleet needs it
+// to spread plain producers' tasks, and a lone replica to poll its next
+// batch while one runs (consumer's Pipelining).
+func (c Config) ServerShardCount() int {
+	switch {
+	case c.QueueShards > 1:
+		return c.QueueShards
+	case c.ServerShards > 0:
+		return c.ServerShards
+	}
+	return shard.ForFleet(c.Servers)
 }

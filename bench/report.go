@@ -204,8 +204,8 @@ func (r *benchReport) writeHeader(w io.Writer) {
 	if b.cfg.Tasks > 0 {
 		length = fmt.Sprintf("%d tasks per sample after %v warm-up", b.cfg.Tasks, b.cfg.Warmup)
 	}
-	fmt.Fprintf(w, "inferq bench: %s, %s payload, %s, %s, %d repeat(s), %d server(s)\n",
-		where, b.cfg.Payload, load, length, b.cfg.Repeat, b.cfg.Servers)
+	fmt.Fprintf(w, "inferq bench: %s, %s payload, %s, %s, %d repeat(s), %d server(s) with --queue-shards %d, producers sending to %s\n",
+		where, b.cfg.Payload, load, length, b.cfg.Repeat, b.cfg.Servers, b.cfg.ServerShardCount(), producersTo(b.cfg.QueueShards))
 	fmt.Fprintf(w, "machine: %d CPUs (%s), %s, %s/%s; CPU and RSS are this process's (server, producers%s); +rss: grown during the sample\n",
 		goruntime.NumCPU(), cpuModel(), fmtBytes(memTotal()), goruntime.GOOS, goruntime.GOARCH, map[bool]string{true: ", broker", false: ""}[b.embedded])
 	if len(b.cfg.Idle) > 0 {
@@ -661,4 +661,12 @@ func (p *benchProgress) finish() {
 	p.wg.Wait()
 	_ = p.bar.Finish()
 	_ = p.bar.Clear()
+}
+
+// producersTo says where the queue mode's producers send.
+func producersTo(shards int) string {
+	if shards > 1 {
+		return fmt.Sprintf("%d shards (task ids hashed)", shards)
+	}
+	return "the queue's own name"
 }

@@ -1,5 +1,7 @@
 package consumer
 
+import "time"
+
 // Seams for the package's external tests.
 
 // Resender is settling's view of the broker connection's sender.
@@ -14,3 +16,7 @@ const (
 	SendBackoff     = sendBackoff
 	ForwardReceives = forwardReceives
 )
+
+// SetPipeWindow sets the window over which a lone replica measures its
+// devices' busy share (pipe.go); call it before Run.
+func SetPipeWindow(s *Server, d time.Duration) { s.pipeWindow = d }

@@ -48,6 +48,9 @@ type Metrics struct {
 	// Moved counts the messages of a queue's shard 0 its owner moved to
 	// another shard (a fleet on one plain queue, spread.go).
 	Moved *prometheus.CounterVec // inferq_queue_moved_total{queue}
+	// Pipelined is 1 while a lone replica moves its queue's shard 0 into
+	// its own shards to keep its devices busy (pipe.go).
+	Pipelined *prometheus.GaugeVec // inferq_queue_pipelined{queue}
 	// Sync inference: KubeMQ queries and Open Inference Protocol HTTP
 	// requests, by model and outcome (OutcomeSuccess, OutcomeFailure,
 	// OutcomeBadInput, OutcomeUnknownModel, OutcomeExpired).
@@ -91,7 +94,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		AlertDrops:    prometheus.NewCounter(prometheus.CounterOpts{Name: "inferq_alerts_dropped_total", Help: "DLQ alerts (event or webhook) that could not be delivered."}),
 		SettleErrors:  prometheus.NewCounter(prometheus.CounterOpts{Name: "inferq_settle_errors_total", Help: "Ack, NAck or ReQueue failures the broker reported."}),
 		Moved: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "inferq_queue_moved_total", Help: "Tasks this replica moved from a sharded queue's own channel (shard 0, where producers that know no shards send) to the shard with the most room, while other replicas serve the queue.",
+			Name: "inferq_queue_moved_total", Help: "Tasks this replica moved from a sharded queue's own channel (shard 0, where producers that know no shards send) to the shard with the most room: while other replicas serve the queue, or while this replica alone pipelines it.",
+		}, []string{"queue"}),
+		Pipelined: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "inferq_queue_pipelined", Help: "1 while this replica, alone on a sharded queue, moves the queue's own channel into its shards because its devices are busy most of the time (polling the next batch while one runs), else 0.",
 		}, []string{"queue"}),
 		Queries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "inferq_queries_total", Help: "Sync inference queries (KubeMQ) answered, by model and outcome.",
@@ -121,7 +127,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"model"}),
 	}
 	for _, c := range []prometheus.Collector{m.Tasks, m.Duration, m.BatchSize, m.Inflight, m.Retries, m.DLQ,
-		m.Unprocessable, m.QueueDepth, m.BrokerUp, m.ProgressDrops, m.AlertDrops, m.SettleErrors, m.Moved,
+		m.Unprocessable, m.QueueDepth, m.BrokerUp, m.ProgressDrops, m.AlertDrops, m.SettleErrors, m.Moved, m.Pipelined,
 		m.Queries, m.HTTPInfer, m.GRPCInfer, m.SyncDuration, m.InferSuccess, m.InferFailure, m.Compute, m.Pending} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

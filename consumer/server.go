@@ -361,12 +361,15 @@ type Server struct {
 	// memberID is this replica's id among a sharded queue's members
 	// (memberID).
 	memberID string
-	pub      *publisher
-	alert    *alerter
-	trace    tracing
-	queues   []*queue                   // guarded by dyn.mu once Run runs
-	models   atomic.Pointer[modelTable] // every model, for HTTP
-	dyn      dynamic                    // models added and removed while running
+	// pipeWindow is how long a lone replica measures its devices' busy
+	// share before deciding on pipelining (pipe.go).
+	pipeWindow time.Duration
+	pub        *publisher
+	alert      *alerter
+	trace      tracing
+	queues     []*queue                   // guarded by dyn.mu once Run runs
+	models     atomic.Pointer[modelTable] // every model, for HTTP
+	dyn        dynamic                    // models added and removed while running
 
 	intake chan *delivery
 	write  chan *job
@@ -399,6 +402,7 @@ func New(cfg Config) (*Server, error) {
 		s.journal, _ = crash.OpenJournal("")
 	}
 	s.memberID = memberID(s.journal)
+	s.pipeWindow = pipeWindow
 	s.pub = newPublisher(cfg.Broker, cfg.ProgressBuffer, s.met.ProgressDrops.Inc, s.log)
 	s.alert = newAlerter(s.pub, cfg.AlertWebhook, cfg.AlertWebhookTimeout, s.met.AlertDrops.Inc, s.log)
 	s.trace = newTracing(cfg.TracerProvider)
@@ -468,8 +472,11 @@ func (s *Server) newPoller(q *queue, ch *channel) (Poller, error) {
 		Channel: ch.name,
 		Deliver: func(ctx context.Context, batch []*mq.Message) error {
 			deliver := s.deliverWhenRoom
-			if ch == q.chans[0] && len(q.chans) > 1 && q.spread.active() {
-				deliver = s.spread
+			if ch == q.chans[0] && len(q.chans) > 1 {
+				s.pipe(q)
+				if q.spread.active() {
+					deliver = s.spread
+				}
 			}
 			taken, err := deliver(ctx, q, ch, batch)
 			s.refuse(ctx, batch[taken:], err)

@@ -24,7 +24,7 @@ import (
 // Every replica then runs the shards it owns, one batch open per channel,
 // and a replica that owns several runs their batches side by side. A
 // replica alone moves nothing: it runs shard 0 itself and pays no extra
-// hop.
+// hop, unless its devices are the bottleneck (pipe.go).
 //
 // The copy keeps the task's body, metadata and tags, carries its attempts
 // (TagAttempt: the attempt it would have had) and the producer's
@@ -45,8 +45,12 @@ const spreadInfoEvery = 20 * time.Millisecond
 // called from shard 0's poller goroutine, and on from runShards (set).
 type spreader struct {
 	mu sync.Mutex
-	// on: more than one live member; moves happen only then.
-	on bool
+	// on: more than one live member; moves happen then. lone: this
+	// replica is the only live member; it moves its polls into its own
+	// shards only while piped (pipe.go).
+	on, lone bool
+	pipe     pipeCtl
+	meter    pipeMeter
 	// owner is each shard's owner, as an index among the live members.
 	owner []int
 	// waiting is each shard's depth as last asked (Waiting: ready and
@@ -66,14 +70,16 @@ func (sp *spreader) set(live []string, shards int) {
 		}
 	}
 	sp.mu.Lock()
-	sp.on, sp.owner = len(live) > 1, owner
+	sp.on, sp.lone, sp.owner = len(live) > 1, len(live) == 1, owner
 	sp.mu.Unlock()
 }
 
+// active: shard 0's polls are moved now (a fleet, or a lone replica
+// piped).
 func (sp *spreader) active() bool {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
-	return sp.on
+	return sp.on || sp.lone && sp.pipe.on
 }
 
 // shardRoom is how many messages may wait in one shard before the owner of
@@ -90,6 +96,7 @@ func (s *Server) pick(ctx context.Context, q *queue, n int) (int, bool) {
 	sp := q.spread
 	room := max(s.shardRoom(), int64(n))
 	for {
+		s.pipe(q) // a pipeline's trial ends while it waits for room, too
 		if !sp.active() {
 			return 0, false
 		}
