@@ -496,7 +496,7 @@ func (b *bencher) setup(ctx context.Context, m *benchModel, idle []*benchModel, 
 		}
 		return &sampleRun{start: b.prod.compatStarter(m, queue), fill: srv.fill, shares: srv.shares, close: srv.close}, spec, nil
 	case ModeHTTP, ModeGRPC:
-		srvSpec.oip = true
+		srvSpec.oip, srvSpec.oipCap = true, oipLimit(spec.producers*spec.window)
 		srv, err := startServers(ctx, srvSpec)
 		if err != nil {
 			return nil, spec, err

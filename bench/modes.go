@@ -410,9 +410,11 @@ type serverSpec struct {
 	// shards: the queue's shards (Config.QueueShards), each server
 	// polling the ones it owns.
 	shards int
-	// oip: each server listens for HTTP and gRPC on loopback ports.
-	oip bool
-	log *slog.Logger
+	// oip: each server listens for HTTP and gRPC on loopback ports,
+	// admitting oipCap infer requests at once on each (oipLimit).
+	oip    bool
+	oipCap int
+	log    *slog.Logger
 }
 
 // benchServer is one or more in-process servers on the same queues.
@@ -466,7 +468,8 @@ func (bs *benchServer) startOne(spec serverSpec, i int) error {
 		cfg.Consumer.IntakeWorkers, cfg.Consumer.Writers, cfg.Consumer.PollMaxItems, cfg.Consumer.MaxInFlight = 1, 1, 1, 1
 	}
 	if spec.oip {
-		cfg.HTTP, cfg.GRPC = models.HTTP{Listen: "127.0.0.1:0"}, models.GRPC{Listen: "127.0.0.1:0"}
+		cfg.HTTP = models.HTTP{Listen: "127.0.0.1:0", MaxConcurrentRequests: spec.oipCap}
+		cfg.GRPC = models.GRPC{Listen: "127.0.0.1:0", MaxConcurrentRequests: spec.oipCap}
 	}
 	own := &batchCounter{parent: bs.counter}
 	bs.each = append(bs.each, own)
@@ -503,6 +506,16 @@ func addModel(cfg *worker.Config, m *benchModel, queue string, bsize, conc int, 
 	cfg.Models = append(cfg.Models, consumer.Model{Config: mc, Info: m.info, Batcher: b})
 	cfg.Batchers = append(cfg.Batchers, b)
 	return nil
+}
+
+// oipLimit is the max_concurrent_requests of the bench's HTTP and gRPC
+// servers for a load of callers requests at once: serve's default, or the
+// load where it is more, so that the bench measures its load rather than
+// the 503s of a cap below it (a cap is a server's defence, not what the
+// bench measures). Each server gets the whole load: the callers spread
+// over the servers unevenly at times. The report's header states it.
+func oipLimit(callers int) int {
+	return max(callers, models.DefaultHTTPMaxConcurrentRequests)
 }
 
 func (bs *benchServer) fill() (int64, int64) {

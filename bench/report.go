@@ -15,6 +15,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/inferq/inferq/models"
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 	"gonum.org/v1/plot"
@@ -208,6 +209,9 @@ func (r *benchReport) writeHeader(w io.Writer) {
 		where, b.cfg.Payload, load, length, b.cfg.Repeat, b.cfg.Servers)
 	fmt.Fprintf(w, "machine: %d CPUs (%s), %s, %s/%s; CPU and RSS are this process's (server, producers%s); +rss: grown during the sample\n",
 		goruntime.NumCPU(), cpuModel(), fmtBytes(memTotal()), goruntime.GOOS, goruntime.GOARCH, map[bool]string{true: ", broker", false: ""}[b.embedded])
+	if slices.Contains(b.plan.modes, ModeHTTP) || slices.Contains(b.plan.modes, ModeGRPC) {
+		fmt.Fprintf(w, "http and grpc servers: max_concurrent_requests %d each (%s)\n", oipLimit(b.cfg.Producers*b.cfg.Inflight), oipCapWhy(b.cfg.Producers*b.cfg.Inflight))
+	}
 	if len(b.cfg.Idle) > 0 {
 		fmt.Fprintf(w, "idle models served beside the busy one: %s\n", strings.Join(b.cfg.Idle, ", "))
 	}
@@ -216,6 +220,14 @@ func (r *benchReport) writeHeader(w io.Writer) {
 		fmt.Fprintf(w, "simulated accelerator (--sim-latency %s): each run takes at least %v + %v x rows (%v for 64 rows), one run at a time per instance and server; the model still runs on the CPU\n",
 			l, l.Base, l.PerRow, l.For(64))
 	}
+}
+
+// oipCapWhy says where the servers' max_concurrent_requests comes from.
+func oipCapWhy(callers int) string {
+	if oipLimit(callers) == models.DefaultHTTPMaxConcurrentRequests {
+		return "serve's default"
+	}
+	return fmt.Sprintf("raised from serve's default %d to the load, producers x in flight, so that none is refused", models.DefaultHTTPMaxConcurrentRequests)
 }
 
 // writeGroup prints the table of one model/device group, why its

@@ -176,3 +176,23 @@ func TestBenchFleetShares(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchOIPDefaultLoad: --modes http,grpc at the default load (4
+// producers x 256 in flight, more than serve's default
+// max_concurrent_requests of 64) runs without 503s: the bench's own
+// servers admit its load, and the header says so.
+func TestBenchOIPDefaultLoad(t *testing.T) {
+	env := ortEnv(t)
+	dir := t.TempDir()
+	a, out, errb := testApp(env)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	code := a.main(ctx, []string{"bench", "--models-dir", filepath.Join(dir, "models"), "--modes", "http,grpc", "--tasks", "1500", "--warmup", "0s"})
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if last := lines[len(lines)-1]; code != 0 || !strings.HasPrefix(last, "OK: ") {
+		t.Fatalf("exit %d, last line %q\n%s\n%s", code, last, out, errb)
+	}
+	if !strings.Contains(out.String(), "max_concurrent_requests 1024") {
+		t.Errorf("the header does not state the servers' raised cap:\n%s", out)
+	}
+}
