@@ -58,12 +58,21 @@ type benchReport struct {
 	b       *bencher
 	groups  []string // model/device, in run order
 	samples []Sample
+	// shapes and checks say, per busy model, what its tasks send and
+	// what the checks verify of its results.
+	shapes, checks []string
 }
 
 func newBenchReport(b *bencher, busy, _ []*benchModel) *benchReport {
 	r := &benchReport{b: b}
+	var names []string
 	for _, m := range busy {
 		r.groups = append(r.groups, m.cfg.Name+"/"+m.device)
+		if !slices.Contains(names, m.cfg.Name) {
+			names = append(names, m.cfg.Name)
+			r.shapes = append(r.shapes, m.shape.describe())
+			r.checks = append(r.checks, fmt.Sprintf("%s's outputs %s", m.cfg.Name, m.check.describe()))
+		}
 	}
 	return r
 }
@@ -209,6 +218,7 @@ func (r *benchReport) writeHeader(w io.Writer) {
 		where, b.cfg.Payload, load, length, b.cfg.Repeat, b.cfg.Servers)
 	fmt.Fprintf(w, "machine: %d CPUs (%s), %s, %s/%s; CPU and RSS are this process's (server, producers%s); +rss: grown during the sample\n",
 		goruntime.NumCPU(), cpuModel(), fmtBytes(memTotal()), goruntime.GOOS, goruntime.GOARCH, map[bool]string{true: ", broker", false: ""}[b.embedded])
+	fmt.Fprintf(w, "inputs per task (a dynamic dim 0 is the batch dim: one row per task, the batcher makes the batches): %s\n", strings.Join(r.shapes, "; "))
 	if slices.Contains(b.plan.modes, ModeHTTP) || slices.Contains(b.plan.modes, ModeGRPC) {
 		fmt.Fprintf(w, "http and grpc servers: max_concurrent_requests %d each (%s)\n", oipLimit(b.cfg.Producers*b.cfg.Inflight), oipCapWhy(b.cfg.Producers*b.cfg.Inflight))
 	}
@@ -346,7 +356,7 @@ func (r *benchReport) verdict(w io.Writer) error {
 		fmt.Fprintf(w, "INCOMPLETE: %s; %d results verified, 0 errors, 0 lost\n", unavailable, ok)
 		return errors.New("a mode could not run")
 	}
-	fmt.Fprintf(w, "OK: %d results verified (task id, SUCCESS, output shape, mlp probabilities sum to 1), 0 errors, 0 lost\n", ok)
+	fmt.Fprintf(w, "OK: %d results verified (task id and SUCCESS where queued; %s), 0 errors, 0 lost\n", ok, strings.Join(r.checks, "; "))
 	return nil
 }
 
