@@ -471,7 +471,8 @@ func (r *benchReport) writeJSON(path string, rows []benchRow) error {
 		Params: map[string]any{"broker": b.addr, "embedded_broker": b.embedded, "modes": b.plan.modes, "models": b.cfg.Models,
 			"idle_models": b.cfg.Idle, "payload": b.cfg.Payload, "producers": b.cfg.Producers, "inflight": b.cfg.Inflight,
 			"send_batch": b.cfg.SendBatch, "duration_s": b.cfg.Duration.Seconds(), "tasks": b.cfg.Tasks, "warmup_s": b.cfg.Warmup.Seconds(),
-			"repeat": b.cfg.Repeat, "servers": b.cfg.Servers, "adapter_max_tasks": b.cfg.AdapterMax, "sim_latency": b.cfg.SimLatency.String()},
+			"repeat": b.cfg.Repeat, "servers": b.cfg.Servers, "adapter_max_tasks": b.cfg.AdapterMax, "sim_latency": b.cfg.SimLatency.String(),
+			"shapes": b.cfg.Shapes, "inputs_per_task": r.shapes, "oip_max_concurrent_requests": oipLimit(b.cfg.Producers * b.cfg.Inflight)},
 		Samples: r.samples,
 	}
 	for _, x := range rows {
