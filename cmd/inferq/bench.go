@@ -144,7 +144,7 @@ func registerBenchFlags(fs *pflag.FlagSet, c *bench.Config) {
 	fs.IntVar(&c.SendBatch, "send-batch", 64, "tasks per send call")
 	fs.StringVar(&c.BatchSizes, "batch-sizes", "", "max_batch_size values to sweep, e.g. 1,8,32 (default: the model's)")
 	fs.StringVar(&c.Payload, "payload", "binary", "task payload: json or binary")
-	fs.StringArrayVar(&c.Shapes, "shape", nil, "INPUT=D1,D2,...: one task's shape of input INPUT, for dynamic dims (e.g. input=1,3,224,224); repeatable. Fixed dims must match the model, a dynamic dim 0 (the batch dim) must be 1, other dynamic dims at most 65536, an input at most 64 MiB (default: 1 in every dynamic dim)")
+	fs.StringArrayVar(&c.Shapes, "shape", nil, "the dims of one task's input INPUT, as `INPUT=D1,D2,...` (e.g. input=1,3,224,224), for models with dynamic dims; repeatable. Fixed dims must match the model, a dynamic dim 0 (the batch dim) must be 1, other dynamic dims at most 65536, an input at most 64 MiB (default: 1 in every dynamic dim)")
 	fs.StringArrayVar(&c.Devices, "device", nil, "device to run on (cpu, cuda:0, ...); repeat for one row per device (default: the config's placement)")
 	fs.StringVar(&c.Broker, "broker", "", "KubeMQ gRPC address host:port (default: an embedded broker in this process)")
 	fs.IntVar(&c.Repeat, "repeat", 1, "samples per row; the table shows the median and the spread")
