@@ -35,6 +35,8 @@ type bencher struct {
 	prod     *producers
 	report   *benchReport
 	prog     *benchProgress
+	// shapes are the busy models' task shapes, by model name.
+	shapes map[string]taskShape
 }
 
 // Run measures every busy model in every mode c asks for, prints the
@@ -54,7 +56,19 @@ func Run(ctx context.Context, c Config) error {
 			return err
 		}
 	}
-	b := &bencher{cfg: c, plan: p, log: c.Logger, runID: task.NewID()[:8], addr: c.Broker}
+	// The shapes are checked before anything starts: a --shape that does
+	// not fit is the caller's to fix (ErrShape).
+	shapes, err := resolveShapes(c.Models, func(name string) ([]tensor.TensorInfo, error) {
+		info, err := c.Env.Inspect(c.Table[name].Path)
+		if err != nil {
+			return nil, fmt.Errorf("model %q: %w", name, err)
+		}
+		return info.Inputs, nil
+	}, p.shapes)
+	if err != nil {
+		return err
+	}
+	b := &bencher{cfg: c, plan: p, log: c.Logger, runID: task.NewID()[:8], addr: c.Broker, shapes: shapes}
 	if b.addr == "" {
 		srv := broker.New(broker.Options{Logger: b.log.With("component", "broker")})
 		if err := srv.Start("127.0.0.1:0"); err != nil {
@@ -213,8 +227,9 @@ func (b *bencher) load(ctx context.Context) (busy, idle []*benchModel, err error
 		for _, s := range b.plan.batchSizes {
 			warm = max(warm, s)
 		}
+		shape := b.shapes[name]
 		for _, g := range gs {
-			m, err := b.loadModel(ctx, cfg, g, warm)
+			m, err := b.loadModel(ctx, cfg, g, warm, &shape)
 			if m != nil {
 				busy = append(busy, m)
 			}
@@ -229,7 +244,7 @@ func (b *bencher) load(ctx context.Context) (busy, idle []*benchModel, err error
 		if err != nil {
 			return busy, idle, err
 		}
-		m, err := b.loadModel(ctx, cfg, ps[0].Devices, cfg.Batching.MaxBatchSize)
+		m, err := b.loadModel(ctx, cfg, ps[0].Devices, cfg.Batching.MaxBatchSize, nil)
 		if m != nil {
 			idle = append(idle, m)
 		}
@@ -262,9 +277,9 @@ func (b *bencher) deviceGroups(m models.Model) ([][]runtime.Device, error) {
 }
 
 // loadModel opens cfg's sessions on devs (as serve does, warmed with warm
-// rows), makes its random inputs and runs it once to check the outputs and
-// keep a canned result for the broker mode.
-func (b *bencher) loadModel(ctx context.Context, cfg models.Model, devs []runtime.Device, warm int) (*benchModel, error) {
+// rows), makes its random inputs of shape (nil: the defaults) and runs it
+// once to check the outputs and keep a canned result for the broker mode.
+func (b *bencher) loadModel(ctx context.Context, cfg models.Model, devs []runtime.Device, warm int, shape *taskShape) (*benchModel, error) {
 	m := &benchModel{cfg: cfg, sim: b.cfg.SimLatency}
 	var err error
 	m.sessions, err = worker.OpenSessions(ctx, b.cfg.Env, cfg, devs,
@@ -281,7 +296,15 @@ func (b *bencher) loadModel(ctx context.Context, cfg models.Model, devs []runtim
 	m.device = strings.Join(labels, "+")
 	m.info = m.sessions[0].Info()
 	m.check = outputCheck{outs: m.info.Outputs}
-	if m.inputs, err = randomInputs(m.info, 8); err != nil {
+	if shape == nil {
+		s, err := resolveShape(cfg.Name, m.info.Inputs, nil)
+		if err != nil {
+			return m, err
+		}
+		shape = &s
+	}
+	m.shape = *shape
+	if m.inputs, err = randomInputs(shape.inputs, 8); err != nil {
 		return m, fmt.Errorf("model %q: %w", cfg.Name, err)
 	}
 	outs, err := m.sessions[0].Run(ctx, m.inputs[0])
@@ -295,21 +318,15 @@ func (b *bencher) loadModel(ctx context.Context, cfg models.Model, devs []runtim
 	return m, err
 }
 
-// randomInputs makes n sets of one-row random inputs of info's signature
-// (unknown dims set to 1).
-func randomInputs(info tensor.ModelInfo, n int) ([][]tensor.Tensor, error) {
+// randomInputs makes n sets of random inputs of one task's shape (see
+// taskShape).
+func randomInputs(inputs []tensor.TensorInfo, n int) ([][]tensor.Tensor, error) {
 	r := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 	out := make([][]tensor.Tensor, n)
 	for k := range out {
-		out[k] = make([]tensor.Tensor, len(info.Inputs))
-		for i, ti := range info.Inputs {
-			dims := slices.Clone(ti.Dims)
-			for j := range dims {
-				if dims[j] < 0 || j == 0 {
-					dims[j] = 1
-				}
-			}
-			t, err := tensor.Random(tensor.TensorInfo{Name: ti.Name, DType: ti.DType, Dims: dims}, r)
+		out[k] = make([]tensor.Tensor, len(inputs))
+		for i, ti := range inputs {
+			t, err := tensor.Random(ti, r)
 			if err != nil {
 				return nil, err
 			}
@@ -489,7 +506,7 @@ func (b *bencher) setup(ctx context.Context, m *benchModel, idle []*benchModel, 
 		}
 		return &sampleRun{start: b.prod.compatStarter(m, queue), fill: srv.fill, shares: srv.shares, close: srv.close}, spec, nil
 	case ModeHTTP, ModeGRPC:
-		srvSpec.oip = true
+		srvSpec.oip, srvSpec.oipCap = true, oipLimit(spec.producers*spec.window)
 		srv, err := startServers(ctx, srvSpec)
 		if err != nil {
 			return nil, spec, err

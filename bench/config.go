@@ -53,8 +53,11 @@ type Config struct {
 	SendBatch  int
 	BatchSizes string // max_batch_size values to sweep, "1,8,32"; "": each model's
 	Payload    string // json or binary
-	Devices    []string
-	Broker     string // "": an embedded broker in this process
+	// Shapes are the --shape values, INPUT=D1,D2,...: the dims of one
+	// task's input INPUT of a busy model with dynamic dims (shape.go).
+	Shapes  []string
+	Devices []string
+	Broker  string // "": an embedded broker in this process
 	// BrokerConn is how every client of the run reaches Broker: auth
 	// token, TLS (client certificate included), call timeout, keepalive;
 	// its Address and ClientID are the bench's. Unused with the embedded
@@ -104,6 +107,7 @@ type plan struct {
 	batchSizes []int // nil: each model's own
 	binary     bool
 	devices    []runtime.Device
+	shapes     []shapeArg
 }
 
 // validate checks c, fills its defaults (Models: mlp) and returns the plan.
@@ -114,6 +118,9 @@ func (c *Config) validate() (*plan, error) {
 		return nil, err
 	}
 	if p.batchSizes, err = parseBatchSizes(c.BatchSizes); err != nil {
+		return nil, err
+	}
+	if p.shapes, err = parseShapes(c.Shapes); err != nil {
 		return nil, err
 	}
 	switch strings.ToLower(c.Payload) {

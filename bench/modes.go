@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,7 +39,8 @@ type benchModel struct {
 	device   string
 	sessions []*runtime.Session
 	info     tensor.ModelInfo
-	inputs   [][]tensor.Tensor // random inputs, cycled
+	shape    taskShape         // of one task's inputs
+	inputs   [][]tensor.Tensor // random inputs of that shape, cycled
 	next     atomic.Uint64
 	check    outputCheck
 	// canned is a real result of the model, sent by the broker mode's
@@ -52,8 +55,9 @@ func (m *benchModel) input() []tensor.Tensor {
 	return m.inputs[int(m.next.Add(1)%uint64(len(m.inputs)))]
 }
 
-// outputCheck verifies a result: the model's outputs, one row each, with
-// the model's static dims, and rows of "probs" (mlp) summing to 1.
+// outputCheck verifies a result: the model's outputs, one row each where
+// dim 0 is dynamic (the batch dim), with the model's static dims, and rows
+// of an FP32 output named "probs" (mlp's) summing to 1.
 type outputCheck struct {
 	outs []tensor.TensorInfo
 }
@@ -68,11 +72,11 @@ func (c outputCheck) tensors(outs []tensor.Tensor) error {
 			return fmt.Errorf("check: output %d is %s %s %s, want %s", i, o.Name, o.DType, tensor.FormatShape(o.Shape), want)
 		}
 		for j, d := range want.Dims {
-			if (j == 0 && o.Shape[0] != 1) || (j > 0 && d >= 0 && o.Shape[j] != d) {
+			if (j == 0 && d < 0 && o.Shape[0] != 1) || (d >= 0 && o.Shape[j] != d) {
 				return fmt.Errorf("check: output %s has shape %s, want one row of %s", o.Name, tensor.FormatShape(o.Shape), tensor.FormatShape(want.Dims))
 			}
 		}
-		if o.Name == "probs" && o.DType == tensor.FP32 {
+		if isProbs(want) {
 			v, err := tensor.Values[float32](o)
 			if err != nil {
 				return fmt.Errorf("check: output probs: %w", err)
@@ -87,6 +91,27 @@ func (c outputCheck) tensors(outs []tensor.Tensor) error {
 		}
 	}
 	return nil
+}
+
+// isProbs reports whether o is an output of probabilities the check sums:
+// mlp's "probs", FP32.
+func isProbs(o tensor.TensorInfo) bool { return o.Name == "probs" && o.DType == tensor.FP32 }
+
+// describe says what the check verifies of each output, for the report:
+// `probs FP32 [1,4] summing to 1` (-1: a dynamic dim, not checked).
+func (c outputCheck) describe() string {
+	parts := make([]string, len(c.outs))
+	for i, o := range c.outs {
+		dims := slices.Clone(o.Dims)
+		if len(dims) > 0 && dims[0] < 0 {
+			dims[0] = 1
+		}
+		parts[i] = fmt.Sprintf("%s %s %s", o.Name, o.Datatype(), tensor.FormatShape(dims))
+		if isProbs(o) {
+			parts[i] += " summing to 1"
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // record verifies that rec is the SUCCESS record of task id with good
@@ -410,9 +435,11 @@ type serverSpec struct {
 	// shards: the queue's shards (Config.QueueShards), each server
 	// polling the ones it owns.
 	shards int
-	// oip: each server listens for HTTP and gRPC on loopback ports.
-	oip bool
-	log *slog.Logger
+	// oip: each server listens for HTTP and gRPC on loopback ports,
+	// admitting oipCap infer requests at once on each (oipLimit).
+	oip    bool
+	oipCap int
+	log    *slog.Logger
 }
 
 // benchServer is one or more in-process servers on the same queues.
@@ -466,7 +493,8 @@ func (bs *benchServer) startOne(spec serverSpec, i int) error {
 		cfg.Consumer.IntakeWorkers, cfg.Consumer.Writers, cfg.Consumer.PollMaxItems, cfg.Consumer.MaxInFlight = 1, 1, 1, 1
 	}
 	if spec.oip {
-		cfg.HTTP, cfg.GRPC = models.HTTP{Listen: "127.0.0.1:0"}, models.GRPC{Listen: "127.0.0.1:0"}
+		cfg.HTTP = models.HTTP{Listen: "127.0.0.1:0", MaxConcurrentRequests: spec.oipCap}
+		cfg.GRPC = models.GRPC{Listen: "127.0.0.1:0", MaxConcurrentRequests: spec.oipCap}
 	}
 	own := &batchCounter{parent: bs.counter}
 	bs.each = append(bs.each, own)
@@ -503,6 +531,16 @@ func addModel(cfg *worker.Config, m *benchModel, queue string, bsize, conc int, 
 	cfg.Models = append(cfg.Models, consumer.Model{Config: mc, Info: m.info, Batcher: b})
 	cfg.Batchers = append(cfg.Batchers, b)
 	return nil
+}
+
+// oipLimit is the max_concurrent_requests of the bench's HTTP and gRPC
+// servers for a load of callers requests at once: serve's default, or the
+// load where it is more, so that the bench measures its load rather than
+// the 503s of a cap below it (a cap is a server's defence, not what the
+// bench measures). Each server gets the whole load: the callers spread
+// over the servers unevenly at times. The report's header states it.
+func oipLimit(callers int) int {
+	return max(callers, models.DefaultHTTPMaxConcurrentRequests)
 }
 
 func (bs *benchServer) fill() (int64, int64) {

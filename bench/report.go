@@ -15,6 +15,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/inferq/inferq/models"
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 	"gonum.org/v1/plot"
@@ -57,12 +58,21 @@ type benchReport struct {
 	b       *bencher
 	groups  []string // model/device, in run order
 	samples []Sample
+	// shapes and checks say, per busy model, what its tasks send and
+	// what the checks verify of its results.
+	shapes, checks []string
 }
 
 func newBenchReport(b *bencher, busy, _ []*benchModel) *benchReport {
 	r := &benchReport{b: b}
+	var names []string
 	for _, m := range busy {
 		r.groups = append(r.groups, m.cfg.Name+"/"+m.device)
+		if !slices.Contains(names, m.cfg.Name) {
+			names = append(names, m.cfg.Name)
+			r.shapes = append(r.shapes, m.shape.describe())
+			r.checks = append(r.checks, fmt.Sprintf("%s's outputs %s", m.cfg.Name, m.check.describe()))
+		}
 	}
 	return r
 }
@@ -208,6 +218,10 @@ func (r *benchReport) writeHeader(w io.Writer) {
 		where, b.cfg.Payload, load, length, b.cfg.Repeat, b.cfg.Servers, b.cfg.ServerShardCount(), producersTo(b.cfg.QueueShards))
 	fmt.Fprintf(w, "machine: %d CPUs (%s), %s, %s/%s; CPU and RSS are this process's (server, producers%s); +rss: grown during the sample\n",
 		goruntime.NumCPU(), cpuModel(), fmtBytes(memTotal()), goruntime.GOOS, goruntime.GOARCH, map[bool]string{true: ", broker", false: ""}[b.embedded])
+	fmt.Fprintf(w, "inputs per task (a dynamic dim 0 is the batch dim: one row per task, the batcher makes the batches): %s\n", strings.Join(r.shapes, "; "))
+	if slices.Contains(b.plan.modes, ModeHTTP) || slices.Contains(b.plan.modes, ModeGRPC) {
+		fmt.Fprintf(w, "http and grpc servers: max_concurrent_requests %d each (%s)\n", oipLimit(b.cfg.Producers*b.cfg.Inflight), oipCapWhy(b.cfg.Producers*b.cfg.Inflight))
+	}
 	if len(b.cfg.Idle) > 0 {
 		fmt.Fprintf(w, "idle models served beside the busy one: %s\n", strings.Join(b.cfg.Idle, ", "))
 	}
@@ -216,6 +230,14 @@ func (r *benchReport) writeHeader(w io.Writer) {
 		fmt.Fprintf(w, "simulated accelerator (--sim-latency %s): each run takes at least %v + %v x rows (%v for 64 rows), one run at a time per instance and server; the model still runs on the CPU\n",
 			l, l.Base, l.PerRow, l.For(64))
 	}
+}
+
+// oipCapWhy says where the servers' max_concurrent_requests comes from.
+func oipCapWhy(callers int) string {
+	if oipLimit(callers) == models.DefaultHTTPMaxConcurrentRequests {
+		return "serve's default"
+	}
+	return fmt.Sprintf("raised from serve's default %d to the load, producers x in flight, so that none is refused", models.DefaultHTTPMaxConcurrentRequests)
 }
 
 // writeGroup prints the table of one model/device group, why its
@@ -334,7 +356,7 @@ func (r *benchReport) verdict(w io.Writer) error {
 		fmt.Fprintf(w, "INCOMPLETE: %s; %d results verified, 0 errors, 0 lost\n", unavailable, ok)
 		return errors.New("a mode could not run")
 	}
-	fmt.Fprintf(w, "OK: %d results verified (task id, SUCCESS, output shape, mlp probabilities sum to 1), 0 errors, 0 lost\n", ok)
+	fmt.Fprintf(w, "OK: %d results verified (task id and SUCCESS where queued; %s), 0 errors, 0 lost\n", ok, strings.Join(r.checks, "; "))
 	return nil
 }
 
@@ -449,7 +471,8 @@ func (r *benchReport) writeJSON(path string, rows []benchRow) error {
 		Params: map[string]any{"broker": b.addr, "embedded_broker": b.embedded, "modes": b.plan.modes, "models": b.cfg.Models,
 			"idle_models": b.cfg.Idle, "payload": b.cfg.Payload, "producers": b.cfg.Producers, "inflight": b.cfg.Inflight,
 			"send_batch": b.cfg.SendBatch, "duration_s": b.cfg.Duration.Seconds(), "tasks": b.cfg.Tasks, "warmup_s": b.cfg.Warmup.Seconds(),
-			"repeat": b.cfg.Repeat, "servers": b.cfg.Servers, "adapter_max_tasks": b.cfg.AdapterMax, "sim_latency": b.cfg.SimLatency.String()},
+			"repeat": b.cfg.Repeat, "servers": b.cfg.Servers, "adapter_max_tasks": b.cfg.AdapterMax, "sim_latency": b.cfg.SimLatency.String(),
+			"shapes": b.cfg.Shapes, "inputs_per_task": r.shapes, "oip_max_concurrent_requests": oipLimit(b.cfg.Producers * b.cfg.Inflight)},
 		Samples: r.samples,
 	}
 	for _, x := range rows {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/inferq/inferq/batch"
@@ -40,9 +41,12 @@ The server under test runs in this process (serve's pieces) on the embedded
 broker, or on --broker ADDR. Load is closed-loop: --producers clients, each
 keeping up to --inflight tasks out, sending --send-batch at a time. Latency
 runs from the send to the verified result. Every result is checked (its task
-id, SUCCESS, one row of each output's shape, mlp probabilities summing to 1);
-results that do not come back within --drain-timeout after the sending stops
-are lost: the last line says so and the exit code is 1.
+id and SUCCESS where queued, one row of each output's static dims, an FP32
+"probs" output summing to 1 per row); results that do not come back within
+--drain-timeout after the sending stops are lost: the last line says so and
+the exit code is 1. Each task is one row (a dynamic dim 0, the batch dim, is
+1); other dynamic dims are 1 unless --shape sets them. The http and grpc
+servers admit the whole load (max_concurrent_requests raised to it).
 
 CPU is the process's (server, producers and, when embedded, the broker) in
 cores; RSS is sampled from /proc/self/statm. Models come from --config, else
@@ -99,7 +103,11 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	defer env.Close()
 	c.Env, c.Stdout, c.Stderr, c.Logger = env, a.stdout, a.stderr, log
 	c.Place = func(ms []models.Model) ([]runtime.Placement, error) { return place(log, ms) }
-	return bench.Run(ctx, c)
+	err = bench.Run(ctx, c)
+	if errors.Is(err, bench.ErrShape) {
+		return usageErrorf("%v", err)
+	}
+	return err
 }
 
 // latencyFlag is --sim-latency: a batch.Latency as BASE,PER_ROW.
@@ -136,6 +144,7 @@ func registerBenchFlags(fs *pflag.FlagSet, c *bench.Config) {
 	fs.IntVar(&c.SendBatch, "send-batch", 64, "tasks per send call")
 	fs.StringVar(&c.BatchSizes, "batch-sizes", "", "max_batch_size values to sweep, e.g. 1,8,32 (default: the model's)")
 	fs.StringVar(&c.Payload, "payload", "binary", "task payload: json or binary")
+	fs.StringArrayVar(&c.Shapes, "shape", nil, "the dims of one task's input INPUT, as `INPUT=D1,D2,...` (e.g. input=1,3,224,224), for models with dynamic dims; repeatable. Fixed dims must match the model, a dynamic dim 0 (the batch dim) must be 1, other dynamic dims at most 65536, an input at most 64 MiB (default: 1 in every dynamic dim)")
 	fs.StringArrayVar(&c.Devices, "device", nil, "device to run on (cpu, cuda:0, ...); repeat for one row per device (default: the config's placement)")
 	fs.StringVar(&c.Broker, "broker", "", "KubeMQ gRPC address host:port (default: an embedded broker in this process)")
 	fs.IntVar(&c.Repeat, "repeat", 1, "samples per row; the table shows the median and the spread")

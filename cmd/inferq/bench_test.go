@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/inferq/inferq/bench"
+	"github.com/inferq/inferq/models/examples"
 )
 
 func TestBenchFlags(t *testing.T) {
@@ -27,6 +28,8 @@ func TestBenchFlags(t *testing.T) {
 		{[]string{"--plot", "out.svg"}, "want a .png file"},
 		{[]string{"--idle-model", "mlp"}, "also a --model"},
 		{[]string{"--model", "bert"}, "only the example models"},
+		{[]string{"--shape", "x=1,0"}, "--shape x=1,0: dim 1 is 0; want a positive size"},
+		{[]string{"--shape", "1,16"}, `--shape "1,16": want INPUT=D1,D2,...`},
 	} {
 		a, _, errb := testApp(nil)
 		code := a.main(context.Background(), append([]string{"bench"}, tt.args...))
@@ -173,6 +176,83 @@ func TestBenchFleetShares(t *testing.T) {
 	for _, share := range []string{m[2], m[4]} {
 		if n, _ := strconv.Atoi(share); n < 25 {
 			t.Errorf("shares %s%% and %s%%: want each server to run at least a quarter of the rows", m[2], m[4])
+		}
+	}
+}
+
+// TestBenchOIPDefaultLoad: --modes http,grpc at the default load (4
+// producers x 256 in flight, more than serve's default
+// max_concurrent_requests of 64) runs without 503s: the bench's own
+// servers admit its load, and the header says so.
+func TestBenchOIPDefaultLoad(t *testing.T) {
+	env := ortEnv(t)
+	dir := t.TempDir()
+	a, out, errb := testApp(env)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	code := a.main(ctx, []string{"bench", "--models-dir", filepath.Join(dir, "models"), "--modes", "http,grpc", "--tasks", "1500", "--warmup", "0s"})
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if last := lines[len(lines)-1]; code != 0 || !strings.HasPrefix(last, "OK: ") {
+		t.Fatalf("exit %d, last line %q\n%s\n%s", code, last, out, errb)
+	}
+	if !strings.Contains(out.String(), "max_concurrent_requests 1024") {
+		t.Errorf("the header does not state the servers' raised cap:\n%s", out)
+	}
+}
+
+// TestBenchDynamicDims measures channelmean, whose input image is
+// [N,3,H,W] with H and W dynamic: by default at 1x1, saying so and how to
+// set them, then with --shape at 32x32 over the queue and HTTP; shapes
+// that do not fit the model are refused naming the input and the dim.
+func TestBenchDynamicDims(t *testing.T) {
+	env := ortEnv(t)
+	dir := t.TempDir()
+	model := filepath.Join(dir, "channelmean.onnx")
+	if err := os.WriteFile(model, examples.ChannelMean(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, "models: [{name: channelmean, path: %q, device: cpu}]\n", model), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bench := func(args ...string) (int, string, string) {
+		a, out, errb := testApp(env)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		code := a.main(ctx, append([]string{"bench", "--config", cfg, "--model", "channelmean", "--tasks", "200", "--warmup", "0s",
+			"--producers", "2", "--inflight", "8", "--send-batch", "4"}, args...))
+		return code, out.String(), errb.String()
+	}
+	for _, tt := range []struct {
+		args  []string
+		shape string
+	}{
+		{[]string{"--modes", "direct"}, "channelmean: image FP32 [1,3,1,1] (dynamic dims 2,3 set to 1: --shape image=1,3,D2,D3 sets them)"},
+		{[]string{"--modes", "direct,queue,http", "--shape", "image=1,3,32,32"}, "channelmean: image FP32 [1,3,32,32] (--shape)"},
+	} {
+		code, out, errb := bench(tt.args...)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if last := lines[len(lines)-1]; code != 0 || !strings.HasPrefix(last, "OK: ") || !strings.Contains(last, "channelmean's outputs mean FP32 [1,3]") {
+			t.Fatalf("%v: exit %d, last line %q\n%s\n%s", tt.args, code, last, out, errb)
+		}
+		if strings.Contains(out, "mlp") {
+			t.Errorf("%v: the report names mlp:\n%s", tt.args, out)
+		}
+		if !strings.Contains(out, tt.shape) {
+			t.Errorf("%v: the header lacks %q:\n%s", tt.args, tt.shape, out)
+		}
+	}
+	for _, tt := range []struct{ shape, err string }{
+		{"image=1,3,224000,224", "--shape image=1,3,224000,224: model channelmean input image FP32 [-1,3,-1,-1]: dim 2 is 224000, over the bench's cap of 65536"},
+		{"image=1,3,32", "3 dims given, the input has 4"},
+		{"image=1,1,32,32", "dim 1 is 1; the model fixes it at 3"},
+		{"image=4,3,32,32", "dim 0 is 4; it is the batch dim"},
+		{"image=1,3,0,32", "dim 2 is 0; want a positive size"},
+		{"input=1,3,32,32", `no model measured has an input "input"; inputs: channelmean (image FP32 [-1,3,-1,-1])`},
+	} {
+		code, out, errb := bench("--modes", "direct", "--shape", tt.shape)
+		if code != 2 || !strings.Contains(errb, tt.err) || out != "" {
+			t.Errorf("--shape %s: exit %d, stdout %q, stderr %q; want 2 and %q", tt.shape, code, out, errb, tt.err)
 		}
 	}
 }

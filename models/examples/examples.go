@@ -24,6 +24,9 @@ const (
 	MLPName       = "mlp"
 	MultiTypeName = "multitype"
 	ResNet18Name  = "resnet18"
+	// ChannelMeanName is a model with dynamic dims beyond the batch dim
+	// (ChannelMean); Write does not write it.
+	ChannelMeanName = "channelmean"
 )
 
 // Shapes of the example models, per item (the batch dim N excluded).
@@ -147,6 +150,21 @@ func Identity(name string, dtype DataType, perItemDims []int64) []byte {
 	g.inputs = []*valueInfo{{name: "in", dtype: dtype, shape: batched(perItemDims...)}}
 	g.outputs = []*valueInfo{{name: "out", dtype: dtype, shape: batched(perItemDims...)}}
 	g.add(&node{name: "identity", op: "Identity", inputs: []string{"in"}, outputs: []string{"out"}})
+	return marshal(&model{graph: g})
+}
+
+// ChannelMean returns the "channelmean" model, whose input has dynamic
+// dims beyond the batch: input "image" FLOAT [N,3,H,W] (H and W symbolic)
+// -> GlobalAveragePool -> Flatten -> output "mean" FLOAT [N,3], the mean of
+// each channel. It runs at any H and W, as an image model that takes any
+// size does; the bench's tests measure it with --shape.
+func ChannelMean() []byte {
+	g := &graph{name: ChannelMeanName}
+	g.inputs = []*valueInfo{{name: "image", dtype: Float, shape: []dim{{param: batchDim}, {value: 3}, {param: "H"}, {param: "W"}}}}
+	g.outputs = []*valueInfo{{name: "mean", dtype: Float, shape: batched(3)}}
+	g.add(&node{name: "pool", op: "GlobalAveragePool", inputs: []string{"image"}, outputs: []string{"pooled"}})
+	g.add(&node{name: "flatten", op: "Flatten", inputs: []string{"pooled"}, outputs: []string{"mean"},
+		attrs: []*attribute{attrInt("axis", 1)}})
 	return marshal(&model{graph: g})
 }
 

@@ -129,6 +129,34 @@ func TestMultiType(t *testing.T) {
 	}
 }
 
+// TestChannelMean runs channelmean at two image sizes: each output is the
+// mean of its channel, whatever H and W.
+func TestChannelMean(t *testing.T) {
+	needORT(t)
+	s := newSession(t, ChannelMean(), []string{"image"}, []string{"mean"})
+	r := rand.New(rand.NewPCG(7, 8))
+	for _, hw := range [][2]int64{{1, 1}, {5, 7}} {
+		const rows = 2
+		x := uniformFloats(r, int(rows*3*hw[0]*hw[1]), 1)
+		in, err := ort.NewTensor(ort.NewShape(rows, 3, hw[0], hw[1]), x)
+		in = destroyLater(t, in, err)
+		out := run(t, s, 1, in)[0].(*ort.Tensor[float32])
+		if got, want := out.GetShape(), ort.NewShape(rows, 3); !got.Equals(want) {
+			t.Fatalf("%dx%d: mean shape %v, want %v", hw[0], hw[1], got, want)
+		}
+		plane := int(hw[0] * hw[1])
+		for i, got := range out.GetData() {
+			var sum float64
+			for _, v := range x[i*plane : (i+1)*plane] {
+				sum += float64(v)
+			}
+			if want := sum / float64(plane); math.Abs(float64(got)-want) > 1e-5 {
+				t.Errorf("%dx%d: mean[%d] = %v, want %v", hw[0], hw[1], i, got, want)
+			}
+		}
+	}
+}
+
 // TestModelSignatures checks names, types and the symbolic batch dim as ORT
 // reads them.
 func TestModelSignatures(t *testing.T) {
@@ -149,6 +177,7 @@ func TestModelSignatures(t *testing.T) {
 			[]io{{"ids_sum", Int64, ort.NewShape(-1, 1)}, {"y", Float, ort.NewShape(-1, 4)}}},
 		{"identity-string", Identity("identity-string", String, []int64{2}),
 			[]io{{"in", String, ort.NewShape(-1, 2)}}, []io{{"out", String, ort.NewShape(-1, 2)}}},
+		{ChannelMeanName, ChannelMean(), []io{{"image", Float, ort.NewShape(-1, 3, -1, -1)}}, []io{{"mean", Float, ort.NewShape(-1, 3)}}},
 		{"identity-scalar-items", Identity("identity-scalar-items", Int8, nil),
 			[]io{{"in", Int8, ort.NewShape(-1)}}, []io{{"out", Int8, ort.NewShape(-1)}}},
 	}
