@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/inferq/inferq/broker/brokertest"
 	pb "github.com/kubemq-io/protobuf/go"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -46,40 +45,43 @@ func (w *lockedBuffer) String() string {
 // with 3 to 14 warnings); each also cost a backoff, so that the next task
 // waited.
 func TestGracePeekEndsQuietly(t *testing.T) {
-	srv := brokertest.NewServer(t, fastBroker())
-	var logs lockedBuffer
-	c, err := Dial(context.Background(), Config{
-		Address: srv.Addr, ClientID: "mqtest", LogRepeatEvery: time.Nanosecond,
-		RetryMin: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close(); checkNoLeaks(t) })
-	p, err := c.NewPoller(PollerConfig{
-		Channel: chanName(t), SettleGrace: time.Millisecond,
-		Deliver: func(context.Context, []*Message) error { return nil },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := &loop{p: p, ctx: context.Background(), retry: c.newBackoff(), aside: make(chan asideCount, 1)}
-	const peeks = 1000
-	var slow time.Duration
-	for range peeks {
-		p.completedAt.Store(time.Now().UnixNano()) // a batch just completed
-		start := time.Now()
-		if l.watch() {
-			t.Fatal("a peek of an empty queue saw a message")
-		}
-		slow = max(slow, time.Since(start))
-	}
-	if n := strings.Count(logs.String(), `msg="mq poller call failed"`); n > 0 {
-		t.Errorf("%d of %d grace peeks of an empty queue logged as failures (longest watch %v):\n%s", n, peeks, slow, logs.String())
-	}
-	if got := p.Stats().Peeks; got != peeks {
-		t.Errorf("%d peeks, want %d", got, peeks)
+	for _, tg := range targets(t, fastBroker()) {
+		t.Run(tg.name, func(t *testing.T) {
+			var logs lockedBuffer
+			c, err := Dial(context.Background(), Config{
+				Address: tg.addr, ClientID: "mqtest", LogRepeatEvery: time.Nanosecond,
+				RetryMin: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond,
+				Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = c.Close(); checkNoLeaks(t) })
+			p, err := c.NewPoller(PollerConfig{
+				Channel: chanName(t), SettleGrace: time.Millisecond,
+				Deliver: func(context.Context, []*Message) error { return nil },
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := &loop{p: p, ctx: context.Background(), retry: c.newBackoff(), aside: make(chan asideCount, 1)}
+			const peeks = 1000
+			var slow time.Duration
+			for range peeks {
+				p.completedAt.Store(time.Now().UnixNano()) // a batch just completed
+				start := time.Now()
+				if l.watch() {
+					t.Fatal("a peek of an empty queue saw a message")
+				}
+				slow = max(slow, time.Since(start))
+			}
+			if n := strings.Count(logs.String(), `msg="mq poller call failed"`); n > 0 {
+				t.Errorf("%d of %d grace peeks of an empty queue logged as failures (longest watch %v):\n%s", n, peeks, slow, logs.String())
+			}
+			if got := p.Stats().Peeks; got != peeks {
+				t.Errorf("%d peeks, want %d", got, peeks)
+			}
+		})
 	}
 }
 
