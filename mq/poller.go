@@ -557,8 +557,10 @@ func (l *loop) watch() bool {
 		defer cancel()
 	}
 	n, err := l.p.peek(ctx)
-	if err != nil && short && ctx.Err() != nil && l.ctx.Err() == nil {
-		l.known = 0 // the grace passed: peek again
+	if short && errors.Is(err, context.DeadlineExceeded) && l.ctx.Err() == nil {
+		// The grace passed (ctx.Err may not say so yet: see
+		// callersDeadline); not a failure: peek again.
+		l.known = 0
 		return false
 	}
 	if err != nil {
