@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -249,20 +250,59 @@ func (r *rig) sendValid(n int) {
 	r.send(msgs, es)
 }
 
-// send registers es and sends msgs in batches.
+// send registers es and sends msgs in batches. Messages the embedded
+// broker refuses because their queue holds its byte bound
+// (broker.Options.MaxQueueBytes) are sent again, as a producer would once
+// the queue drains, for up to a minute.
 func (r *rig) send(msgs []mq.OutMessage, es []*entry) {
 	r.t.Helper()
 	r.led.add(es...)
 	for len(msgs) > 0 {
 		n := min(len(msgs), 256)
-		ctx, cancel := context.WithTimeout(r.ctx, time.Minute)
-		err := r.ctl.Sender().Send(ctx, msgs[:n]...)
-		cancel()
-		if err != nil {
-			r.t.Fatalf("send %d messages to %s: %v", n, r.queue, err)
+		batch := msgs[:n]
+		deadline := time.Now().Add(time.Minute)
+		for {
+			ctx, cancel := context.WithTimeout(r.ctx, time.Minute)
+			err := r.ctl.Sender().Send(ctx, batch...)
+			cancel()
+			if err == nil {
+				break
+			}
+			full := queueFull(err, batch)
+			if full == nil || time.Now().After(deadline) {
+				r.t.Fatalf("send %d messages to %s: %v", len(batch), r.queue, err)
+			}
+			batch = full
+			time.Sleep(100 * time.Millisecond)
 		}
 		msgs = msgs[n:]
 	}
+}
+
+// queueFull returns the messages of batch that err says were refused
+// because their queue was full, or nil when any failed otherwise.
+func queueFull(err error, batch []mq.OutMessage) []mq.OutMessage {
+	var be *mq.BatchError
+	if !errors.As(err, &be) {
+		if len(batch) == 1 && strings.Contains(err.Error(), " is full: ") {
+			return batch // one message's error comes back as it is
+		}
+		return nil
+	}
+	if len(be.Errs) != len(batch) {
+		return nil
+	}
+	var out []mq.OutMessage
+	for i, e := range be.Errs {
+		if e == nil {
+			continue
+		}
+		if !strings.Contains(e.Error(), " is full: ") {
+			return nil
+		}
+		out = append(out, batch[i])
+	}
+	return out
 }
 
 // waitSuccesses waits until n entries have a SUCCESS record.
