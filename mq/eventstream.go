@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"sync"
 	"time"
 
@@ -14,10 +13,9 @@ import (
 // EventStream publishes plain (not stored) events over one SendEventsStream
 // of its own, opened on the first Publish and again after a loss. It is the
 // throughput path for progress events: a unary SendEvent costs a round trip
-// per event, a stream message costs a write (KUBEMQ.md, "Events on a
-// stream"). The broker answers a plain event on the stream only when it
-// refuses it; those answers go to the rejected callback given to
-// NewEventStream. Events written just before a stream breaks are lost
+// per event, a stream message costs a write. The broker answers a plain
+// event on the stream only when it refuses it (KUBEMQ.md fact 42); those
+// answers go to the rejected callback given to NewEventStream. Events written just before a stream breaks are lost
 // without a word: plain events are best effort. Safe for concurrent use
 // (publishes take turns); Close ends it.
 type EventStream struct {
@@ -48,8 +46,9 @@ func (c *Conn) NewEventStream(rejected func(error)) *EventStream {
 // Publish hands an event to the stream and returns once the stream took it
 // (not once a subscriber got it). ctx bounds the call: a write that gRPC's
 // flow control holds past ctx ends the stream (the next Publish opens a new
-// one) and fails. Errors: ErrClosed, ErrUnavailable (no connection, or the
-// stream broke; the event was not sent and may be published again), ctx's.
+// one) and fails. body and tags are not kept once it returns. Errors:
+// ErrClosed, ErrUnavailable (no connection, or the stream broke; the event
+// was not sent and may be published again), ctx's.
 func (s *EventStream) Publish(ctx context.Context, channel string, body []byte, tags map[string]string) error {
 	if err := s.c.isClosed(); err != nil {
 		return err
@@ -66,7 +65,8 @@ func (s *EventStream) Publish(ctx context.Context, channel string, body []byte, 
 	if err != nil {
 		return classify("publish event to "+channel, err)
 	}
-	ev := &pb.Event{EventID: newID(), ClientID: s.c.cfg.ClientID, Channel: channel, Body: body, Tags: maps.Clone(tags)}
+	// Send encodes ev before it returns: body and tags are not kept.
+	ev := &pb.Event{EventID: newID(), ClientID: s.c.cfg.ClientID, Channel: channel, Body: body, Tags: tags}
 	stop := context.AfterFunc(ctx, st.cancel)
 	err = st.stream.Send(ev)
 	if !stop() {
