@@ -61,8 +61,8 @@ type event struct {
 }
 
 // publisher publishes events from a bounded buffer on its own goroutine
-// over one event stream (a write per event, not a round trip: KUBEMQ.md,
-// "Events on a stream"), so that publishing never blocks the task path;
+// over one event stream (a write per event, not a round trip: KUBEMQ.md
+// fact 42), so that publishing never blocks the task path;
 // an event that does not fit in the buffer, or that the stream fails
 // publishTries times, is dropped and counted.
 type publisher struct {
