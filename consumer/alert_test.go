@@ -16,7 +16,11 @@ import (
 // nopEvents takes events and drops them.
 type nopEvents struct{}
 
-func (nopEvents) SendEvent(context.Context, string, []byte, map[string]string) error { return nil }
+func (nopEvents) EventStream(func(error)) EventStream { return nopEvents{} }
+func (nopEvents) Publish(context.Context, string, []byte, map[string]string) error {
+	return nil
+}
+func (nopEvents) Close(context.Context) {}
 
 // syncBuffer is a bytes.Buffer safe for the handler's concurrent writes.
 type syncBuffer struct {
@@ -75,7 +79,7 @@ func TestAlertWebhookErrorsHideTheURL(t *testing.T) {
 			var logs syncBuffer
 			log := slog.New(slog.NewTextHandler(&logs, nil))
 			dropped := 0
-			pub := newPublisher(nopEvents{}, 8, func() {}, log)
+			pub := newPublisher(nopEvents{}, 8, func() {}, func() {}, log)
 			a := newAlerter(pub, "http://user:pw@"+tc.host+secretPath+"?"+secretQuery, 200*time.Millisecond, func() { dropped++ }, log)
 			a.fire(Alert{TaskID: "t1", Queue: "q"})
 			a.wait()
@@ -127,7 +131,7 @@ func TestAlertWebhookFollowsNoRedirect(t *testing.T) {
 			var logs syncBuffer
 			log := slog.New(slog.NewTextHandler(&logs, nil))
 			dropped := 0
-			pub := newPublisher(nopEvents{}, 8, func() {}, log)
+			pub := newPublisher(nopEvents{}, 8, func() {}, func() {}, log)
 			a := newAlerter(pub, hook.URL+path, time.Second, func() { dropped++ }, log)
 			a.fire(Alert{TaskID: "t1", Queue: "q"})
 			a.wait()

@@ -13,13 +13,28 @@ import (
 	"sync"
 	"time"
 
+	"github.com/inferq/inferq/lograte"
+	"github.com/inferq/inferq/mq"
 	"github.com/inferq/inferq/task"
 )
 
-// EventSender publishes a KubeMQ Event (not stored: lost when no one
-// subscribes). *mq.Conn satisfies it.
+// EventSender opens the stream the consumer publishes its events on
+// (progress, DLQ alerts): KubeMQ Events, not stored, lost when no one
+// subscribes. Conn's Broker opens an *mq.EventStream.
 type EventSender interface {
-	SendEvent(ctx context.Context, channel string, body []byte, tags map[string]string) error
+	// EventStream returns a new stream, connected on its first Publish;
+	// rejected is told of each event the broker refused after Publish had
+	// returned.
+	EventStream(rejected func(error)) EventStream
+}
+
+// EventStream publishes events in order. *mq.EventStream satisfies it.
+type EventStream interface {
+	// Publish hands an event over and returns once the stream took it.
+	Publish(ctx context.Context, channel string, body []byte, tags map[string]string) error
+	// Close lets what was handed over reach the broker (within ctx) and
+	// ends the stream.
+	Close(ctx context.Context)
 }
 
 // Progress percentages of the steps the consumer reports.
@@ -31,24 +46,44 @@ const (
 	PctFailed   = 100
 )
 
+// publishTries bounds the attempts at one event: a stream that broke is
+// replaced once; a second failure drops the event (counted).
+const publishTries = 2
+
+// publishTimeout bounds one attempt: a stream that gRPC's flow control
+// holds this long is given up (mq.EventStream ends it).
+const publishTimeout = 2 * time.Second
+
 type event struct {
 	channel string
 	body    []byte
 	tags    map[string]string
 }
 
-// publisher sends events from a bounded buffer on its own goroutine so that
-// publishing never blocks the task path; what does not fit is dropped and
-// counted.
+// publisher publishes events from a bounded buffer on its own goroutine
+// over one event stream (a write per event, not a round trip: KUBEMQ.md
+// fact 42), so that publishing never blocks the task path;
+// an event that does not fit in the buffer, or that the stream fails
+// publishTries times, is dropped and counted.
 type publisher struct {
-	send    EventSender
+	stream  EventStream
 	ch      chan event
+	sent    func()
 	dropped func()
 	log     *slog.Logger
+	warn    *lograte.Limiter
 }
 
-func newPublisher(send EventSender, size int, dropped func(), log *slog.Logger) *publisher {
-	return &publisher{send: send, ch: make(chan event, size), dropped: dropped, log: log}
+func newPublisher(src EventSender, size int, sent, dropped func(), log *slog.Logger) *publisher {
+	p := &publisher{ch: make(chan event, size), sent: sent, dropped: dropped, log: log, warn: lograte.New(log, time.Minute)}
+	p.stream = src.EventStream(p.rejected)
+	return p
+}
+
+// rejected counts an event the broker refused after it was handed over.
+func (p *publisher) rejected(err error) {
+	p.dropped()
+	p.warn.Warn("event refused by the broker", "err", err)
 }
 
 // publish queues an event or drops it at once when the buffer is full.
@@ -67,8 +102,8 @@ func (p *publisher) progress(queue, taskID string, pct int, detail string) {
 	p.publish(event{channel: queue + ".progress", body: body, tags: tags})
 }
 
-// run sends queued events until ctx ends, then what is left for up to a
-// second.
+// run publishes queued events until ctx ends, then what is left for up to
+// a second, and closes the stream.
 func (p *publisher) run(ctx context.Context) {
 	for {
 		select {
@@ -82,6 +117,7 @@ func (p *publisher) run(ctx context.Context) {
 				case e := <-p.ch:
 					p.sendOne(drain, e)
 				default:
+					p.stream.Close(drain)
 					return
 				}
 			}
@@ -90,12 +126,21 @@ func (p *publisher) run(ctx context.Context) {
 }
 
 func (p *publisher) sendOne(ctx context.Context, e event) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	if err := p.send.SendEvent(ctx, e.channel, e.body, e.tags); err != nil {
-		p.dropped()
-		p.log.Debug("event dropped", "channel", e.channel, "err", err)
+	var err error
+	for range publishTries {
+		actx, cancel := context.WithTimeout(ctx, publishTimeout)
+		err = p.stream.Publish(actx, e.channel, e.body, e.tags)
+		cancel()
+		if err == nil {
+			p.sent()
+			return
+		}
+		if ctx.Err() != nil || errors.Is(err, mq.ErrClosed) {
+			break
+		}
 	}
+	p.dropped()
+	p.log.Debug("event dropped", "channel", e.channel, "err", err)
 }
 
 // Alert is what the DLQ alert hook reports: the body of the event on

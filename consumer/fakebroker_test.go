@@ -105,8 +105,13 @@ func (b *memBroker) NewPoller(cfg mq.PollerConfig) (consumer.Poller, error) {
 
 func (b *memBroker) Sender() consumer.Sender { return memSender{b} }
 
-// SendEvent drops progress events: nothing here watches them.
-func (b *memBroker) SendEvent(context.Context, string, []byte, map[string]string) error { return nil }
+// EventStream drops progress events: nothing here watches them.
+func (b *memBroker) EventStream(func(error)) consumer.EventStream { return nopStream{} }
+
+type nopStream struct{}
+
+func (nopStream) Publish(context.Context, string, []byte, map[string]string) error { return nil }
+func (nopStream) Close(context.Context)                                            {}
 
 func (b *memBroker) QueuesInfo(_ context.Context, filter string) (map[string]mq.QueueInfo, error) {
 	b.mu.Lock()

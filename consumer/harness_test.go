@@ -89,6 +89,10 @@ type harnessConfig struct {
 	idleModel  bool                   // also serve model "idle" on queue <q>.idle, which gets no task
 	spoolMax   int                    // the store's SpoolEntries (0: its default)
 	queueTail  string                 // appended to the task queue's name
+	// latency delays every byte between the consumer and the embedded
+	// broker this long each way (latencyProxy); the producer's
+	// connection is direct.
+	latency time.Duration
 }
 
 const (
@@ -161,7 +165,11 @@ func newHarness(t *testing.T, opts ...brokerOpt) *harness {
 func (h *harness) start() {
 	t := h.t
 	ctx, cancel := context.WithCancel(context.Background())
-	conn, err := mq.Dial(ctx, mq.Config{Address: h.addr, ClientID: "inferq-" + strings.ReplaceAll(t.Name(), "/", "-")})
+	addr := h.addr
+	if h.cfg.latency > 0 {
+		addr = latencyProxy(t, h.addr, h.cfg.latency)
+	}
+	conn, err := mq.Dial(ctx, mq.Config{Address: addr, ClientID: "inferq-" + strings.ReplaceAll(t.Name(), "/", "-")})
 	if err != nil {
 		t.Fatal(err)
 	}

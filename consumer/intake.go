@@ -216,8 +216,8 @@ func (s *Server) giveBack(ctx context.Context, j *job) {
 
 // run sends an admitted job to its model's batcher.
 func (s *Server) run(ctx context.Context, j *job) {
-	t, m := j.adm.Task, j.adm.Model
-	s.pub.progress(j.q.name, t.ID, PctReceived, "received")
+	m := j.adm.Model
+	j.progress(PctReceived, "received")
 	j.enqueued = s.cfg.Now()
 	j.stage = s.trace.stage(j.root, nil, SpanBatch)
 	j.req = batch.Request{

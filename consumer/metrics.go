@@ -43,8 +43,11 @@ type Metrics struct {
 	QueueDepth    *prometheus.GaugeVec     // inferq_queue_depth{queue}
 	BrokerUp      prometheus.Gauge         // inferq_broker_up
 	ProgressDrops prometheus.Counter       // inferq_progress_dropped_total
-	AlertDrops    prometheus.Counter       // inferq_alerts_dropped_total
-	SettleErrors  prometheus.Counter       // inferq_settle_errors_total
+	// ProgressEvents counts the events (progress and DLQ alerts) handed to
+	// the broker; with ProgressDrops, the share lost.
+	ProgressEvents prometheus.Counter // inferq_progress_events_total
+	AlertDrops     prometheus.Counter // inferq_alerts_dropped_total
+	SettleErrors   prometheus.Counter // inferq_settle_errors_total
 	// Moved counts the messages of a queue's shard 0 its owner moved to
 	// another shard (a fleet on one plain queue, spread.go).
 	Moved *prometheus.CounterVec // inferq_queue_moved_total{queue}
@@ -89,10 +92,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		QueueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "inferq_queue_depth", Help: "Messages waiting in each served queue, as the broker estimates.",
 		}, []string{"queue"}),
-		BrokerUp:      prometheus.NewGauge(prometheus.GaugeOpts{Name: "inferq_broker_up", Help: "1 while the broker answers, 0 while it is away."}),
-		ProgressDrops: prometheus.NewCounter(prometheus.CounterOpts{Name: "inferq_progress_dropped_total", Help: "Progress events dropped because the publisher was behind or the broker away."}),
-		AlertDrops:    prometheus.NewCounter(prometheus.CounterOpts{Name: "inferq_alerts_dropped_total", Help: "DLQ alerts (event or webhook) that could not be delivered."}),
-		SettleErrors:  prometheus.NewCounter(prometheus.CounterOpts{Name: "inferq_settle_errors_total", Help: "Ack, NAck or ReQueue failures the broker reported."}),
+		BrokerUp:       prometheus.NewGauge(prometheus.GaugeOpts{Name: "inferq_broker_up", Help: "1 while the broker answers, 0 while it is away."}),
+		ProgressDrops:  prometheus.NewCounter(prometheus.CounterOpts{Name: "inferq_progress_dropped_total", Help: "Progress events dropped because the publisher was behind or the broker away."}),
+		ProgressEvents: prometheus.NewCounter(prometheus.CounterOpts{Name: "inferq_progress_events_total", Help: "Progress events (and DLQ alert events) handed to the broker; a later refusal by the broker counts in inferq_progress_dropped_total too."}),
+		AlertDrops:     prometheus.NewCounter(prometheus.CounterOpts{Name: "inferq_alerts_dropped_total", Help: "DLQ alerts (event or webhook) that could not be delivered."}),
+		SettleErrors:   prometheus.NewCounter(prometheus.CounterOpts{Name: "inferq_settle_errors_total", Help: "Ack, NAck or ReQueue failures the broker reported."}),
 		Moved: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "inferq_queue_moved_total", Help: "Tasks this replica moved from a sharded queue's own channel (shard 0, where producers that know no shards send) to the shard with the most room: while other replicas serve the queue, or while this replica alone pipelines it.",
 		}, []string{"queue"}),
@@ -127,7 +131,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"model"}),
 	}
 	for _, c := range []prometheus.Collector{m.Tasks, m.Duration, m.BatchSize, m.Inflight, m.Retries, m.DLQ,
-		m.Unprocessable, m.QueueDepth, m.BrokerUp, m.ProgressDrops, m.AlertDrops, m.SettleErrors, m.Moved, m.Pipelined,
+		m.Unprocessable, m.QueueDepth, m.BrokerUp, m.ProgressDrops, m.ProgressEvents, m.AlertDrops, m.SettleErrors, m.Moved, m.Pipelined,
 		m.Queries, m.HTTPInfer, m.GRPCInfer, m.SyncDuration, m.InferSuccess, m.InferFailure, m.Compute, m.Pending} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

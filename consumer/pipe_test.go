@@ -64,7 +64,7 @@ func TestLoneReplicaPipelines(t *testing.T) {
 				t.Logf("moved %v of %d tasks into the replica's own shards", moved, tasks)
 				if tc.moves && h.real {
 					// On KubeMQ v2.4.0 moved copies are partly stranded
-					// (KUBEMQ.md fact 42): the trial may lose there, and
+					// (KUBEMQ.md fact 43): the trial may lose there, and
 					// then running shard 0 directly is right to keep.
 					return
 				}

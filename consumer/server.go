@@ -74,10 +74,14 @@ type conn struct{ *mq.Conn }
 
 func (c conn) NewPoller(cfg mq.PollerConfig) (Poller, error) { return c.Conn.NewPoller(cfg) }
 func (c conn) Sender() Sender                                { return c.Conn.Sender() }
+func (c conn) EventStream(rejected func(error)) EventStream {
+	return c.Conn.NewEventStream(rejected)
+}
 
 var (
-	_ Poller = (*mq.Poller)(nil)
-	_ Sender = (*mq.Sender)(nil)
+	_ Poller      = (*mq.Poller)(nil)
+	_ Sender      = (*mq.Sender)(nil)
+	_ EventStream = (*mq.EventStream)(nil)
 )
 
 // Model is one served model as the consumer sees it.
@@ -403,7 +407,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.memberID = memberID(s.journal)
 	s.pipeWindow = pipeWindow
-	s.pub = newPublisher(cfg.Broker, cfg.ProgressBuffer, s.met.ProgressDrops.Inc, s.log)
+	s.pub = newPublisher(cfg.Broker, cfg.ProgressBuffer, s.met.ProgressEvents.Inc, s.met.ProgressDrops.Inc, s.log)
 	s.alert = newAlerter(s.pub, cfg.AlertWebhook, cfg.AlertWebhookTimeout, s.met.AlertDrops.Inc, s.log)
 	s.trace = newTracing(cfg.TracerProvider)
 	all := newModelTable("this server")

@@ -57,8 +57,19 @@ func (j *job) RunStarting(r *batch.Request) {
 	j.started = true
 	j.adm.Model.pol.release()
 	_ = j.s.journal.Start(j.msg.ID) // a refused write: the journal warns (rate-limited) and fails /readyz
-	j.s.pub.progress(j.q.name, j.adm.Task.ID, PctRunning, runningDetail(r.BatchItems))
+	j.progress(PctRunning, runningDetail(r.BatchItems))
 	j.stage = j.s.trace.inferStage(j.root, j.stage, r.BatchItems)
+}
+
+// progress publishes a progress event for j's task, unless its model
+// (progress: false) or the task itself (kwargs.parameters.progress: false)
+// turned them off.
+func (j *job) progress(pct int, detail string) {
+	t, m := j.adm.Task, j.adm.Model
+	if t == nil || t.NoProgress || (m != nil && !m.Config.ProgressOn()) {
+		return
+	}
+	j.s.pub.progress(j.q.name, t.ID, pct, detail)
 }
 
 // Finished hands the finished run to the writers. It blocks while they
@@ -305,14 +316,14 @@ func (s *Server) settle(ctx context.Context, j *job) {
 			s.log.Warn("ack failed after the record was stored", "task_id", t.ID, "err", err)
 		}
 		if o.status == task.StatusSuccess {
-			s.pub.progress(j.q.name, t.ID, PctStored, "stored")
+			j.progress(PctStored, "stored")
 		} else {
-			s.pub.progress(j.q.name, t.ID, PctFailed, "failed: "+errString(o.err))
+			j.progress(PctFailed, "failed: "+errString(o.err))
 		}
 	case actRetry:
 		s.retry(ctx, j, o)
 	case actDeadLetter:
-		s.pub.progress(j.q.name, t.ID, PctFailed, "failed: "+errString(o.err))
+		j.progress(PctFailed, "failed: "+errString(o.err))
 		s.deadLetter(ctx, j, o)
 	case actUnprocessable:
 		s.forward(ctx, j, o)
@@ -374,7 +385,7 @@ func (s *Server) refuse(ctx context.Context, rest []*mq.Message, err error) {
 func (s *Server) retry(ctx context.Context, j *job, o settlement) {
 	t, limit := j.adm.Task, maxAttempts(j.adm.Model, j.msg)
 	s.met.Retries.Inc()
-	s.pub.progress(j.q.name, t.ID, PctRetrying, fmt.Sprintf("retrying: attempt %d of %d failed: %v", j.attempt, limit, o.err))
+	j.progress(PctRetrying, fmt.Sprintf("retrying: attempt %d of %d failed: %v", j.attempt, limit, o.err))
 	if o.delay <= 0 {
 		if err := j.msg.NAck(); err != nil {
 			s.log.Warn("nack for retry failed", "task_id", t.ID, "err", err)

@@ -350,7 +350,16 @@ type Model struct {
 	// CUDA holds the CUDA execution provider's options for the model's GPU
 	// sessions.
 	CUDA CUDA `yaml:"cuda"`
+	// Progress turns the progress events of the model's tasks (received,
+	// running, stored, retrying, failed on <queue>.progress) on or off;
+	// unset is on (ProgressOn). Off saves the broker and this process their
+	// cost where nobody watches them; a task can turn its own off
+	// (kwargs.parameters.progress: false) but not on.
+	Progress Switch `yaml:"progress,omitempty"`
 }
+
+// ProgressOn reports whether the model's tasks get progress events.
+func (m *Model) ProgressOn() bool { return m.Progress.On(true) }
 
 // Batching is a model's dynamic batching policy.
 type Batching struct {

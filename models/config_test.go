@@ -162,6 +162,9 @@ var validateErrorCases = []struct {
 	{"unknown model field", "models: [{name: a, path: a.onnx, batch_size: 3}]", []string{"field batch_size not found"}},
 	{"unknown nested field", "models: [{name: a, path: a.onnx, batching: {max_batch: 3}}]", []string{"field max_batch not found"}},
 	{"tls half set", "broker: {tls: {cert: c.pem}}\nmodels: [{name: a, path: a.onnx}]", []string{"broker.tls: cert and key must be set together"}},
+	{"progress word", "models: [{name: a, path: a.onnx, progress: maybe}]", []string{`model "a": progress: want true or false`}},
+	{"progress number", "models: [{name: a, path: a.onnx, progress: 0}]", []string{`model "a": progress: want true or false`}},
+	{"progress list", "models: [{name: a, path: a.onnx, progress: [false]}]", []string{`line 1: want true or false`}},
 	{"several errors at once", "models: [{name: a, instances: 0}]", []string{`model "a": path: is empty`, `model "a": instances: must be at least 1`}},
 }
 

@@ -203,6 +203,9 @@ func (m *Model) validate(bad func(field, format string, args ...any)) {
 	if m.Path == "" {
 		bad("path", "is empty: set the ONNX file to serve")
 	}
+	if !m.Progress.Valid() {
+		bad("progress", "want true or false")
+	}
 	for _, q := range []struct{ field, name string }{
 		{"queue", m.Queue}, {"dlq_queue", m.DLQQueue}, {"unprocessable_queue", m.UnprocessableQueue},
 	} {

@@ -121,3 +121,35 @@ func itoa(n int) string {
 	}
 	return string(buf)
 }
+
+// BenchmarkEvents compares the two ways to publish plain events from one
+// goroutine: a unary SendEvent per event (a round trip each) and an
+// EventStream (a stream write each).
+func BenchmarkEvents(b *testing.B) {
+	body := []byte(`{"task_id":"0123456789abcdef0123456789abcdef","pct":50,"detail":"running (batch of 64)"}`)
+	tags := map[string]string{"task_id": "0123456789abcdef0123456789abcdef", "pct": "50"}
+	for _, tg := range targets(b, fastBroker()) {
+		b.Run(tg.name+"/unary", func(b *testing.B) {
+			c := benchConn(b, tg)
+			ch := chanName(b)
+			for b.Loop() {
+				if err := c.SendEvent(context.Background(), ch, body, tags); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+		})
+		b.Run(tg.name+"/stream", func(b *testing.B) {
+			c := benchConn(b, tg)
+			ch := chanName(b)
+			s := c.NewEventStream(func(err error) { b.Error(err) })
+			defer s.Close(context.Background())
+			for b.Loop() {
+				if err := s.Publish(context.Background(), ch, body, tags); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+		})
+	}
+}

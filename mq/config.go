@@ -27,7 +27,8 @@
 // Files: config.go (Config, Conn, stream clients), poller.go (the Poller's
 // loop), poller_client.go (its stream clients, polls, deliveries),
 // message.go (messages and batch settlement), sender.go, unary.go, events.go,
-// queries.go, errors.go, tlsbridge.go.
+// eventstream.go (plain events on a stream), queries.go, errors.go,
+// tlsbridge.go.
 package mq
 
 import (

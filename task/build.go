@@ -23,6 +23,7 @@ type buildOptions struct {
 	outputs       []OutputRequest
 	binaryOutputs bool // all outputs
 	binaryInputs  bool
+	noProgress    bool
 }
 
 // WithCreatedAt sets created_at (default: now, for tasks; queries carry
@@ -65,6 +66,11 @@ func WithBinaryOutputs(names ...string) Option {
 		}
 	}
 }
+
+// WithoutProgress asks for no progress events for the task
+// (kwargs.parameters.progress: false), for producers that never watch
+// them.
+func WithoutProgress() Option { return func(o *buildOptions) { o.noProgress = true } }
 
 // WithBinaryInputs builds the binary form: a JSON header and the inputs'
 // raw bytes (the fast path; needed for FP16).
@@ -144,8 +150,13 @@ func build(id, model string, inputs []tensor.Tensor, o *buildOptions) ([]byte, m
 		}
 		b = append(b, ']')
 	}
-	if o.binaryOutputs {
+	switch {
+	case o.binaryOutputs && o.noProgress:
+		b = append(b, `,"parameters":{"binary_data_output":true,"progress":false}`...)
+	case o.binaryOutputs:
 		b = append(b, `,"parameters":{"binary_data_output":true}`...)
+	case o.noProgress:
+		b = append(b, `,"parameters":{"progress":false}`...)
 	}
 	if o.priority != 0 {
 		b = appendIntField(b, "priority", int64(o.priority))

@@ -150,6 +150,10 @@ type Task struct {
 	// the highest (Triton's order), 0 the model's default level; the
 	// model's batching.priority_levels bounds it (checked at admission).
 	Priority int
+	// NoProgress is kwargs.parameters.progress set to false: the task
+	// wants no progress events. A task can turn its events off, never on
+	// (true, or absent, leaves its model's progress setting).
+	NoProgress bool
 	// Timeout is kwargs.timeout_ms; zero means no deadline.
 	Timeout time.Duration
 	// ReplyTo is the reply_to tag, else kwargs.reply_to: the Events Store
@@ -339,10 +343,22 @@ func (t *Task) kwargs(b []byte, v int, badf func(string, ...any)) (int, error) {
 		case "parameters":
 			if raw[0] == '{' {
 				_, err := eachMember(raw, 0, func(key []byte, v int) (int, error) {
-					if string(key) == "binary_data_output" {
+					switch string(key) {
+					case "binary_data_output":
 						bo, end, err := parseBool(raw, v)
 						t.BinaryOutputs = bo
 						return end, err
+					case "progress":
+						end, err := skipValue(raw, v, 3)
+						if err != nil {
+							return end, err
+						}
+						if on, _, err := parseBool(raw, v); err != nil {
+							badf("kwargs.parameters.progress: want true or false, got %s", clip(raw[v:end]))
+						} else {
+							t.NoProgress = !on
+						}
+						return end, nil
 					}
 					return skipValue(raw, v, 3)
 				})

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/inferq/inferq/tensor"
 )
 
 func TestParseEnvelope(t *testing.T) {
@@ -146,6 +148,8 @@ var parseCases = []struct {
 	{"output without name", `{"task_id":"t","task_name":"m","kwargs":{"outputs":[{"parameters":{}}]}}`, nil, ErrBadInput, "without a name", true},
 	{"bad reply_to", `{"task_id":"t","task_name":"m","kwargs":{"reply_to":5}}`, nil, ErrBadInput, "kwargs.reply_to", true},
 	{"bad binary_data_output", `{"task_id":"t","task_name":"m","kwargs":{"parameters":{"binary_data_output":1}}}`, nil, ErrBadInput, "binary_data_output", true},
+	{"bad progress", `{"task_id":"t","task_name":"m","kwargs":{"parameters":{"progress":"off"}}}`, nil, ErrBadInput, `kwargs.parameters.progress: want true or false, got "off"`, true},
+	{"null progress", `{"task_id":"t","task_name":"m","kwargs":{"parameters":{"progress":null}}}`, nil, ErrBadInput, "kwargs.parameters.progress", true},
 	{"inputs not array", `{"task_id":"t","task_name":"m","kwargs":{"inputs":{}}}`, nil, ErrBadInput, "kwargs.inputs", true},
 	// A syntax error after a bad control field is still undecodable.
 	{"bad field then syntax", `{"task_id":"t","task_name":"m","kwargs":{"priority":"x"},"args":[}`, nil, ErrUndecodable, "invalid JSON", false},
@@ -222,5 +226,49 @@ func TestLimitsValidate(t *testing.T) {
 	}
 	if err := (Limits{MaxBodyBytes: -1}).Validate(); err == nil {
 		t.Error("negative limit accepted")
+	}
+}
+
+// kwargs.parameters.progress: false turns a task's progress events off;
+// true or absent leaves them to the model, in the JSON and the binary form,
+// beside binary_data_output.
+func TestParseProgressSwitch(t *testing.T) {
+	x := tensor.NewTensor("x", []int64{1, 2}, []float32{1, 2})
+	for _, tc := range []struct {
+		name string
+		body string
+		opts []Option // or built by NewTask
+		want bool     // NoProgress
+	}{
+		{"absent", `{"task_id":"t","task_name":"m"}`, nil, false},
+		{"true", `{"task_id":"t","task_name":"m","kwargs":{"parameters":{"progress":true}}}`, nil, false},
+		{"false", `{"task_id":"t","task_name":"m","kwargs":{"parameters":{"progress":false}}}`, nil, true},
+		{"false beside binary_data_output", `{"task_id":"t","task_name":"m","kwargs":{"parameters":{"binary_data_output":true,"progress":false}}}`, nil, true},
+		{"built", "", []Option{WithoutProgress()}, true},
+		{"built with binary outputs", "", []Option{WithoutProgress(), WithBinaryOutputs()}, true},
+		{"built binary", "", []Option{WithoutProgress(), WithBinaryInputs()}, true},
+		{"built without the option", "", []Option{WithBinaryOutputs()}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body, tags := []byte(tc.body), map[string]string(nil)
+			if tc.body == "" {
+				var err error
+				if body, tags, err = NewTask("t", "m", []tensor.Tensor{x}, tc.opts...); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tk, err := Parse(body, tags, Limits{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tk.NoProgress != tc.want {
+				t.Errorf("NoProgress = %v, want %v (body %q)", tk.NoProgress, tc.want, body)
+			}
+			if tc.body == "" {
+				if _, err := tk.Inputs(tensor.ModelInfo{Inputs: []tensor.TensorInfo{{Name: "x", DType: tensor.FP32, Dims: []int64{-1, 2}}}}, Limits{}); err != nil {
+					t.Errorf("inputs of the built task: %v", err)
+				}
+			}
+		})
 	}
 }

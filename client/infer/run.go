@@ -44,6 +44,9 @@ type Config struct {
 	Concurrency int
 	// Follow prints the progress events of the one task (N 1, not Sync).
 	Follow bool
+	// NoProgress asks for no progress events
+	// (kwargs.parameters.progress: false), for runs nobody watches.
+	NoProgress bool
 	// JSON prints JSON instead of text.
 	JSON bool
 	// Stdout gets the results; Stderr the progress events when JSON.
@@ -120,13 +123,17 @@ func (r *run) queued(ctx context.Context) error {
 		size += len(t.Data)
 	}
 	per := max(1, min(Batch, 32<<20/size))
+	opts := []client.Option{client.WithQueue(r.Queue)}
+	if r.NoProgress {
+		opts = append(opts, client.WithTaskOptions(task.WithoutProgress()))
+	}
 	batch := make([][]tensor.Tensor, 0, per)
 	for sent := 0; sent < r.N; sent += len(batch) {
 		batch = batch[:0]
 		for range min(per, r.N-sent) {
 			batch = append(batch, r.Inputs)
 		}
-		got, err := r.c.EnqueueMany(ctx, r.Model, batch, client.WithQueue(r.Queue))
+		got, err := r.c.EnqueueMany(ctx, r.Model, batch, opts...)
 		if err != nil {
 			return fmt.Errorf("enqueue to %s after %d tasks: %w", r.Queue, sent, err)
 		}

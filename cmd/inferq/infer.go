@@ -28,6 +28,7 @@ type inferFlags struct {
 	json     bool
 	sync     bool
 	follow   bool
+	noProg   bool
 	conc     int
 	http     string
 	token    string
@@ -53,7 +54,8 @@ the task stored on the broker to its result back here). It exits 1 when a task f
 each at once, ahead of queued tasks, and nothing is stored (--concurrency
 queries in flight; --timeout is each query's timeout). --follow prints the
 task's progress events (received, running, stored, retrying, failed) as they
-arrive; progress events are not stored, so some may be missed.
+arrive; progress events are not stored, so some may be missed. --no-progress
+asks the servers to send none (kwargs.parameters.progress: false).
 
 A result over the model's result.max_result_bytes comes back by reference:
 infer reads the whole record from the replica's /v1/tasks/ID with
@@ -101,6 +103,7 @@ func (f *inferFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.json, "json", false, "print JSON instead of text")
 	fs.BoolVar(&f.sync, "sync", false, "synchronous inference: a KubeMQ query on the queue's channel, answered ahead of queued tasks; nothing stored")
 	fs.BoolVar(&f.follow, "follow", false, "print the task's progress events as they arrive (with --n 1, not with --sync)")
+	fs.BoolVar(&f.noProg, "no-progress", false, "ask for no progress events for the tasks (kwargs.parameters.progress: false), for runs nobody watches")
 	fs.IntVar(&f.conc, "concurrency", 1, "with --sync: queries in flight at once")
 	fs.StringVar(&f.http, "http", "", "base URL of the replica's HTTP listener (http://127.0.0.1:8080) to read results stored by a relative reference from")
 	fs.StringVar(&f.token, "http-token", "", "bearer token of the replicas' HTTP listeners, to read results stored by reference (env INFERQ_HTTP_AUTH_TOKEN)")
@@ -121,6 +124,8 @@ func (f *inferFlags) check(fs *pflag.FlagSet) error {
 		return usageErrorf("--shape goes with --random")
 	case f.sync && f.follow:
 		return usageErrorf("--follow goes with queued tasks: a --sync query sends no progress events")
+	case f.follow && f.noProg:
+		return usageErrorf("--follow and --no-progress: a task followed needs its progress events")
 	case f.follow && f.n != 1:
 		return usageErrorf("--follow follows one task: use --n 1")
 	case f.conc < 1:
@@ -167,5 +172,5 @@ func (a *app) infer(ctx context.Context, model string, inputs []tensor.Tensor, f
 	}
 	defer c.Close()
 	return infer.Run(ctx, c, infer.Config{Model: model, Queue: queue, Inputs: inputs, N: f.n, Timeout: f.timeout,
-		Broker: bcfg.Address, Sync: f.sync, Concurrency: f.conc, Follow: f.follow, JSON: f.json, Stdout: a.stdout, Stderr: a.stderr})
+		Broker: bcfg.Address, Sync: f.sync, Concurrency: f.conc, Follow: f.follow, NoProgress: f.noProg, JSON: f.json, Stdout: a.stdout, Stderr: a.stderr})
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/inferq/inferq/consumer"
 	"github.com/inferq/inferq/models"
 	"github.com/inferq/inferq/mq"
+	"github.com/inferq/inferq/task"
 	"github.com/inferq/inferq/worker"
 )
 
@@ -87,7 +88,7 @@ func TestInferSync(t *testing.T) {
 		}
 	})
 	t.Run("flags", func(t *testing.T) {
-		for _, args := range [][]string{{"--sync", "--follow"}, {"--follow", "--n", "2"}, {"--concurrency", "2"}} {
+		for _, args := range [][]string{{"--sync", "--follow"}, {"--follow", "--n", "2"}, {"--concurrency", "2"}, {"--follow", "--no-progress"}} {
 			code, _, errs := runInferCmd(t, nil, append([]string{"mlp", "--random", "--broker", srv.Addr}, args...)...)
 			if code != 2 {
 				t.Errorf("%v: exit %d, want 2 (usage): %s", args, code, errs)
@@ -108,5 +109,38 @@ func TestInferFollow(t *testing.T) {
 	// is live; the run's comes after it.
 	if !regexp.MustCompile(`progress [0-9a-f-]+:  50% running: batch of 1`).MatchString(out) {
 		t.Errorf("no running event in:\n%s", out)
+	}
+}
+
+// --no-progress sends tasks that ask for no progress events; without it
+// they ask nothing (the model decides). No server runs: the tasks stay in
+// the queue to be read.
+func TestInferNoProgress(t *testing.T) {
+	srv := inferBroker(t)
+	for _, tc := range []struct {
+		flag string
+		want bool // the tasks carry "progress":false
+	}{{"--no-progress", true}, {"", false}} {
+		queue := "inferq.np" + strings.TrimPrefix(tc.flag, "--")
+		args := []string{"mlp", "--random", "-n", "2", "--queue", queue, "--timeout", "3s", "--broker", srv.Addr}
+		if tc.flag != "" {
+			args = append(args, tc.flag)
+		}
+		if code, out, errs := runInferCmd(t, nil, args...); code != 1 {
+			t.Fatalf("%v: exit %d, want 1 (no server: results missing)\nstdout:\n%s\nstderr:\n%s", args, code, out, errs)
+		}
+		msgs := srv.Queue(queue)
+		if len(msgs) != 2 {
+			t.Fatalf("%v: %d tasks in %s, want 2", args, len(msgs), queue)
+		}
+		for _, m := range msgs {
+			tk, err := task.Parse(m.Body, m.Tags, task.Limits{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tk.NoProgress != tc.want {
+				t.Errorf("%v: task NoProgress = %v, want %v", args, tk.NoProgress, tc.want)
+			}
+		}
 	}
 }

@@ -1,0 +1,204 @@
+package mq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	pb "github.com/kubemq-io/protobuf/go"
+)
+
+// subscribed subscribes to ch and waits until the subscription is in place
+// (events are not stored: a probe is published until one comes back). It
+// returns the events channel with the probes read off.
+func subscribed(t *testing.T, ctx context.Context, c *Conn, ch string) <-chan Event {
+	t.Helper()
+	events, err := c.SubscribeEvents(ctx, ch, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "subscription", func() bool {
+		if c.SendEvent(ctx, ch, []byte("probe"), nil) != nil {
+			return false // the broker may be coming back
+		}
+		select {
+		case <-events:
+			return true
+		case <-time.After(50 * time.Millisecond):
+			return false
+		}
+	})
+	for { // late probes
+		select {
+		case <-events:
+		case <-time.After(200 * time.Millisecond):
+			return events
+		}
+	}
+}
+
+// Every event handed to an EventStream reaches a subscriber that keeps up,
+// in order, with its body and tags, and the stream's refusals reach the
+// rejected callback.
+func TestEventStreamPublishes(t *testing.T) {
+	for _, tg := range targets(t, fastBroker()) {
+		t.Run(tg.name, func(t *testing.T) {
+			c := dial(t, tg)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			ch := chanName(t)
+			events := subscribed(t, ctx, c, ch)
+			var rejected atomic.Int64
+			var lastErr atomic.Pointer[error]
+			s := c.NewEventStream(func(err error) { rejected.Add(1); lastErr.Store(&err) })
+			const n = 5000
+			got := make(chan int, 1)
+			go func() {
+				i := 0
+				for e := range events {
+					if want := fmt.Sprint(i); string(e.Body) != want || e.Tags["i"] != want {
+						t.Errorf("event %d: body %q tags %v", i, e.Body, e.Tags)
+					}
+					if i++; i == n {
+						break
+					}
+				}
+				got <- i
+			}()
+			for i := range n {
+				if err := s.Publish(ctx, ch, fmt.Append(nil, i), map[string]string{"i": fmt.Sprint(i)}); err != nil {
+					t.Fatalf("publish %d: %v", i, err)
+				}
+			}
+			select {
+			case i := <-got:
+				if i != n {
+					t.Errorf("received %d of %d", i, n)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatalf("not all %d events received", n)
+			}
+			// An empty event (no body, no metadata) is refused by the broker,
+			// after Publish returned.
+			if err := s.Publish(ctx, ch, nil, nil); err != nil {
+				t.Fatalf("publish empty: %v", err)
+			}
+			waitFor(t, 5*time.Second, "rejection", func() bool { return rejected.Load() == 1 })
+			t.Logf("rejected: %v", *lastErr.Load())
+			if err := s.Publish(ctx, ch, []byte("after"), nil); err != nil {
+				t.Errorf("publish after a rejection: %v", err)
+			}
+			s.Close(ctx)
+			if err := s.Publish(ctx, ch, []byte("closed"), nil); !errors.Is(err, ErrClosed) {
+				t.Errorf("publish after close: %v, want ErrClosed", err)
+			}
+			cancel()
+			for range events {
+			}
+		})
+	}
+}
+
+// A stream lost with the broker fails the next publishes with
+// ErrUnavailable, and a later Publish opens a new stream.
+func TestEventStreamAfterBrokerRestart(t *testing.T) {
+	tg := targets(t, fastBroker())[0]
+	c := dial(t, tg)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch := chanName(t)
+	s := c.NewEventStream(nil)
+	defer s.Close(ctx)
+	if err := s.Publish(ctx, ch, []byte("1"), nil); err != nil {
+		t.Fatal(err)
+	}
+	tg.srv.Stop()
+	var err error
+	waitFor(t, 5*time.Second, "publish to fail", func() bool {
+		err = s.Publish(ctx, ch, []byte("x"), nil)
+		return err != nil
+	})
+	if !errors.Is(err, ErrUnavailable) {
+		t.Errorf("publish with the broker away: %v, want ErrUnavailable", err)
+	}
+	tg.srv.Restart()
+	events := subscribed(t, ctx, c, ch)
+	waitFor(t, 10*time.Second, "publish after restart", func() bool {
+		if s.Publish(ctx, ch, []byte("2"), nil) != nil {
+			return false
+		}
+		select {
+		case e := <-events:
+			return string(e.Body) == "2"
+		case <-time.After(100 * time.Millisecond):
+			return false
+		}
+	})
+}
+
+// A Publish whose ctx has ended fails and sends nothing.
+func TestEventStreamPublishHonoursContext(t *testing.T) {
+	tg := targets(t, fastBroker())[0]
+	c := dial(t, tg)
+	s := c.NewEventStream(nil)
+	defer s.Close(context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := s.Publish(ctx, chanName(t), []byte("x"), nil); !errors.Is(err, context.Canceled) {
+		t.Errorf("publish with an ended ctx: %v, want context.Canceled", err)
+	}
+	if err := s.Publish(context.Background(), chanName(t), []byte("x"), nil); err != nil {
+		t.Errorf("publish after: %v", err)
+	}
+}
+
+// KUBEMQ.md fact 42: on a SendEventsStream the broker answers a plain
+// event only when it refuses it (an events store event always), and ends
+// the call once the client closed its side. The embedded broker does the
+// same.
+func TestPlainEventsOnAStreamAreAnsweredOnlyWhenRefused(t *testing.T) {
+	for _, tg := range targets(t, fastBroker()) {
+		t.Run(tg.name, func(t *testing.T) {
+			c := dial(t, tg)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			stream, err := c.api.SendEventsStream(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ch := chanName(t)
+			for i := range 50 {
+				if err := stream.Send(&pb.Event{EventID: fmt.Sprint("ok-", i), ClientID: "mqtest", Channel: ch, Body: []byte("x")}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := stream.Send(&pb.Event{EventID: "empty", ClientID: "mqtest", Channel: ch}); err != nil {
+				t.Fatal(err)
+			}
+			if err := stream.Send(&pb.Event{EventID: "stored", ClientID: "mqtest", Channel: ch, Body: []byte("x"), Store: true}); err != nil {
+				t.Fatal(err)
+			}
+			if err := stream.CloseSend(); err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]*pb.Result{}
+			for {
+				res, err := stream.Recv()
+				if err != nil {
+					if !errors.Is(err, io.EOF) {
+						t.Fatalf("recv: %v (answers so far %v)", err, got)
+					}
+					break
+				}
+				got[res.EventID] = res
+			}
+			if len(got) != 2 || got["empty"] == nil || got["empty"].Sent || got["stored"] == nil || !got["stored"].Sent {
+				t.Errorf("answers: %v; want a refusal of \"empty\" and a receipt of \"stored\" only", got)
+			}
+		})
+	}
+}
