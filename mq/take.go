@@ -2,45 +2,33 @@ package mq
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"strings"
 	"time"
-
-	pb "github.com/kubemq-io/protobuf/go"
 )
 
-// takeVisibility is how long the broker holds a message TakeHead received
-// before it settles it (a few round trips): the message goes back by
-// itself should the process hang in between.
-const takeVisibility = 10 // seconds
-
-// errNoMessage is how the legacy stream answers a receive that found
-// nothing within its wait (KUBEMQ.md trap 18).
-const errNoMessage = "Error 138"
-
-// TakeHead removes the oldest message of channel if, and only if, take
-// says so for that very message, and returns the oldest message it saw
-// (nil when the channel held none within wait) and whether it removed it.
+// TakeHead removes the oldest message of channel when take accepts that
+// very message, and returns the oldest message it saw (nil when the
+// channel held none within wait) and whether it removed it.
 //
 // It peeks first (the legacy peek, waiting up to wait, whole seconds, at
 // least 1, when the channel is empty); a head that take refuses is left
-// as it is, untouched. A head take accepts is then received over the
-// legacy per-message stream (StreamQueueMessage), which holds it on the
-// broker without settling it, and take is asked again about the message
-// received: the head may have changed since the peek (another client
-// purged the channel and wrote a new message). The message is acked when
-// take accepts it, else rejected: the broker puts it back, at the tail,
-// its receive count raised (KUBEMQ.md fact 42). A message is therefore
-// never removed that take did not accept. An error after the receive
-// closes the stream, which gives the message back the same way. When the
-// head is gone by the time of the receive, TakeHead peeks once more.
+// untouched. A head take accepts is then received (the legacy one-message
+// receive, acked on receipt) and take is asked again about the message
+// received: the head can change between the two calls, when another client
+// purged the channel and wrote a new message (the Python adapter's soft
+// cancel, KUBEMQ.md trap 24). A received message take refuses is written
+// back at once, body, metadata, tags, policy and the expiry it had left,
+// as a new message: it is gone for that moment only, and it is never
+// consumed. The peek, the receive and a purge of the channel are served
+// one at a time by the broker (fact 28), so this happens only when a purge
+// slips in between them; a peek sent during a purge waits for it.
 //
-// The receive runs on one of the broker's shared downstream clients for
-// as long as it holds the message (a few round trips; trap 11 when it has
-// to wait, only when the head vanished after the peek). Safe for
-// concurrent use; ctx bounds the call.
+// Both calls go around the broker's shared stream poll pool (trap 11) and
+// are serialised with every other legacy peek of the channel, so readers
+// polling it do not move the message about (facts 22, 26), as they do
+// around a legacy stream receive (fact 42). When the head is gone by the
+// time of the receive, TakeHead peeks once more. Safe for concurrent use;
+// ctx bounds the call.
 func (c *Conn) TakeHead(ctx context.Context, channel string, wait time.Duration, take func(*Message) bool) (*Message, bool, error) {
 	for round := 0; ; round++ {
 		raw, err := c.peek(ctx, channel, 1, wait)
@@ -51,81 +39,41 @@ func (c *Conn) TakeHead(ctx context.Context, channel string, wait time.Duration,
 		if !take(head) {
 			return head, false, nil
 		}
-		m, took, err := c.takeHeld(ctx, channel, take)
-		if err != nil || m != nil || round > 0 {
-			return m, took, err
+		got, err := c.receive(ctx, "take head of", channel, 1, wait, false)
+		if err != nil {
+			return nil, false, err
+		}
+		if len(got) > 0 {
+			m := fromPB(got[0])
+			if take(m) {
+				return m, true, nil
+			}
+			if err := c.putBack(ctx, channel, m); err != nil {
+				return m, false, err
+			}
+			return m, false, nil
+		}
+		if round > 0 {
+			return nil, false, nil
 		}
 		// The head went between the peek and the receive: another
-		// client took it, such as a purge (the Python adapter's soft
-		// cancel, trap 24). Look once more: a peek waits for a running
-		// purge to end (fact 28), then sees what its client writes next.
+		// client took it, such as a purge (trap 24). Look once more: a
+		// peek waits for a running purge to end (fact 28), then sees
+		// what its client writes next.
 	}
 }
 
-// takeHeld receives the head of channel over a legacy stream, then acks it
-// when take accepts it and rejects it otherwise.
-func (c *Conn) takeHeld(ctx context.Context, channel string, take func(*Message) bool) (*Message, bool, error) {
-	if err := c.isClosed(); err != nil {
-		return nil, false, err
+// putBack writes m back to channel as a new message, with its body,
+// metadata, tags, policy and the expiry it had left.
+func (c *Conn) putBack(ctx context.Context, channel string, m *Message) error {
+	out := OutMessage{Channel: channel, Body: m.Body, Metadata: m.Metadata, Tags: m.Tags,
+		MaxReceiveCount: m.MaxReceiveCount, MaxReceiveQueue: m.MaxReceiveQueue}
+	if !m.ExpirationAt.IsZero() {
+		left := time.Until(m.ExpirationAt)
+		out.ExpirationSeconds = max(1, int((left+time.Second-1)/time.Second))
 	}
-	op := "take head of " + channel
-	// A receive waits up to the broker's 1 s floor; each answer comes
-	// within CallTimeout.
-	ctx, cancel := context.WithTimeout(ctx, time.Second+3*c.cfg.CallTimeout)
-	defer cancel()
-	s, err := c.api.StreamQueueMessage(ctx)
-	if err != nil {
-		return nil, false, classify(op, err)
+	if err := c.Sender().Send(ctx, out); err != nil {
+		return fmt.Errorf("put back the message taken from %s: %w", channel, err)
 	}
-	r, err := streamCall(s, &pb.StreamQueueMessagesRequest{
-		RequestID: newID(), ClientID: c.cfg.ClientID, StreamRequestTypeData: pb.StreamRequestType_ReceiveMessage,
-		Channel: channel, WaitTimeSeconds: 1, VisibilitySeconds: takeVisibility,
-	})
-	switch {
-	case err != nil:
-		return nil, false, classify(op, err)
-	case r.IsError && strings.HasPrefix(r.Error, errNoMessage):
-		return nil, false, nil // the head went since the peek
-	case r.IsError:
-		return nil, false, classify(op, errors.New(r.Error))
-	case r.Message == nil || r.Message.Attributes == nil:
-		return nil, false, classify(op, errors.New("the broker answered the receive without a message"))
-	}
-	m := fromPB(r.Message)
-	ok := take(m)
-	settle := pb.StreamRequestType_AckMessage
-	if !ok {
-		settle = pb.StreamRequestType_RejectMessage
-	}
-	r, err = streamCall(s, &pb.StreamQueueMessagesRequest{
-		RequestID: newID(), ClientID: c.cfg.ClientID, StreamRequestTypeData: settle, RefSequence: r.Message.Attributes.Sequence,
-	})
-	if err == nil && r.IsError {
-		err = errors.New(r.Error)
-	}
-	if err != nil {
-		return m, false, classify(fmt.Sprintf("%s: %v of sequence %d", op, settle, m.Sequence), err)
-	}
-	// The broker ends the stream once the message is settled.
-	_ = s.CloseSend()
-	for {
-		if _, err := s.Recv(); err != nil {
-			break
-		}
-	}
-	return m, ok, nil
-}
-
-// streamCall sends req on a legacy queue stream and returns the answer.
-func streamCall(s pb.Kubemq_StreamQueueMessageClient, req *pb.StreamQueueMessagesRequest) (*pb.StreamQueueMessagesResponse, error) {
-	if err := s.Send(req); err != nil {
-		if errors.Is(err, io.EOF) {
-			// The stream ended: Recv returns why.
-			if _, rerr := s.Recv(); rerr != nil {
-				err = rerr
-			}
-		}
-		return nil, err
-	}
-	return s.Recv()
+	return nil
 }

@@ -11,7 +11,8 @@ import (
 // TakeHead removes the oldest message only when take accepts that very
 // message: a refused head stays, an accepted one goes (and only it), and a
 // message that differs from the one peeked (take accepts the peek and
-// refuses the message received) goes back instead of being consumed.
+// refuses the message received) is written back, at the tail, instead of
+// being consumed.
 func TestTakeHead(t *testing.T) {
 	for _, tg := range targets(t, broker.Options{SecondLength: 50 * time.Millisecond}) {
 		t.Run(tg.name, func(t *testing.T) {

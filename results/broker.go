@@ -42,7 +42,8 @@ type Broker interface {
 	// It must never remove any other message, not even one that arrives
 	// while it works (the Python adapter's soft cancel purges the channel
 	// and writes CANCELLED at any moment, KUBEMQ.md trap 24): the check
-	// must be on the message removed, not on one seen before. It waits
+	// must be on the message removed, not on one seen before (one
+	// removed by mistake is written back at once). It waits
 	// up to wait (at least the broker's 1 s floor) when the channel is
 	// empty. It must never purge the channel (AckAll blocks its whole
 	// wait and drops records written meanwhile), and must not wait in a

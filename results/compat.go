@@ -21,10 +21,10 @@ import (
 // message). So the removal (Broker.RemoveOld, mq.Conn.TakeHead) peeks the
 // oldest message and takes it only when it is a record ours supersedes: one
 // inferq wrote (tagged task.TagWriter) or a non-terminal one (PENDING). It
-// receives it over the legacy per-message stream, which holds it without
-// settling, checks the message it holds, and acks it, or rejects it (the
-// broker puts it back) if it is not the one peeked. A producer's record
-// written after the task started is never removed.
+// checks the message it received too, and writes it back at once if it is
+// not the one peeked (a purge slipped in between the two calls, which the
+// broker otherwise serialises, KUBEMQ.md fact 28). A producer's record
+// written after the task started is never consumed.
 //
 // When a cancel and a finish cross, the cancel wins (README, DESIGN.md
 // 4.7): a terminal record of another writer at the head (the producer's
@@ -37,8 +37,9 @@ import (
 // queues behind the purge (KUBEMQ.md fact 28) and sees the CANCELLED, so
 // only a write already on its way after an earlier removal can land there.
 //
-// Cost per task, for a present record: a peek and a stream receive with its
-// ack (TestRemovalCostModel; BENCHMARKS.md has the measured numbers). An
+// Cost per task, for a present record: a peek and a receive (the "peek
+// first" row of TestRemovalCostModel; KUBEMQ.md fact 42 has the measured
+// numbers). An
 // empty channel costs the peek's 1 s floor, as the one-message receive used
 // before did: it happens after a crash between our removal and our send, or
 // with a producer that writes no PENDING, and costs that one task 1 s of
@@ -52,8 +53,8 @@ import (
 // were every channel empty, removals would still pass 64 tasks/s, while the
 // broker holds only ~6.5k result channels a day), and the legacy peek waits
 // outside the broker's shared stream poll pool (trap 11), so waiting
-// removals do not slow the task pollers; the stream receive that follows a
-// peek finds its message at once. Where the channel was emptied already (a
+// removals do not slow the task pollers; the receive that follows a peek
+// finds its message at once. Where the channel was emptied already (a
 // write that failed after its removal), the replay does not remove again.
 //
 // A receive that meets only an expired record swallows the next message sent
