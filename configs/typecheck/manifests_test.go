@@ -1,6 +1,7 @@
 package typecheck
 
 import (
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -78,6 +79,9 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 		}
 		docs, err := Decode("configs/"+f, data)
 		if err != nil {
+			if strings.Contains(err.Error(), "not a Kubernetes manifest") {
+				err = fmt.Errorf("%w\n(if configs/%s is an inferq config, add it to inferqConfigs)", err, f)
+			}
 			t.Error(err)
 		}
 		if len(docs) == 0 && err == nil {
