@@ -105,8 +105,15 @@ build:
 # run here once more without it.
 SDK_RACE_TESTS := TestBrokerLossMidLoad|TestPollerRecoversFromBrokerRestart|TestSettleErrors|TestBrokerRestartMidWait|TestInferRidesThroughBrokerRestart|TestEnqueueRidesThroughBrokerRestart|TestSendNamesAnUnansweredSend
 
-## test: fetch onnxruntime when needed, then run every test with the race detector
+# configs/typecheck is a module of its own (k8s.io/api and friends stay out
+# of inferq's go.mod): it decodes every manifest under configs/ strictly into
+# its typed object. It runs first, as it fails fast. No -race: it starts no
+# goroutines, and a race build of the Kubernetes types only costs time.
+TYPECHECK := configs/typecheck
+
+## test: fetch onnxruntime when needed, then run every test: the manifests' strict decoding, then inferq's with the race detector
 test: setup nocgo
+	$(GO) -C $(TYPECHECK) test -timeout 5m ./...
 	$(GO) test -race -timeout 12m ./...
 	$(GO) test -count=1 -timeout 5m -run '^($(SDK_RACE_TESTS))$$' ./consumer/ ./mq/ ./client/ ./cmd/inferq/
 
@@ -122,6 +129,7 @@ nocgo:
 lint: nocgo
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) -C $(TYPECHECK) vet ./...
 
 ## examples: write the example models (mlp, multitype) into $(MODELS_DIR)
 examples: build

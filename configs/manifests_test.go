@@ -1,6 +1,7 @@
 // Package configs holds the example configs and Kubernetes manifests; its
 // only code is this test, which parses every manifest and checks the fields
-// that matter.
+// that matter. configs/typecheck, a module of its own, decodes each
+// manifest strictly into its typed object (unknown fields, wrong types).
 package configs
 
 import (
