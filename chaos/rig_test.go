@@ -439,6 +439,9 @@ func (r *rig) tally(es []*entry, os []outcome, bound int, x expect) result {
 		}
 	}
 	fail(lost, "%d lost (no record, not dead-lettered, not unprocessable, not held)", len(lost))
+	if len(lost) > 0 && r.cur() != nil {
+		res.errs = append(res.errs, "the last inferq's log, to see why:\n"+r.cur().logs.tail(40))
+	}
 	fail(failedValid, "%d valid tasks got a FAILURE record", len(failedValid))
 	fail(refusedOK, "%d tasks inferq must refuse got SUCCESS", len(refusedOK))
 	if x.exactlyOnce {
