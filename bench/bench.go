@@ -459,7 +459,7 @@ func (b *bencher) setup(ctx context.Context, m *benchModel, idle []*benchModel, 
 	log := b.log.With("mode", mode)
 	srvSpec := serverSpec{
 		conn: b.conn, clientID: "inferq-bench-" + b.runID, busy: m, queue: queue, bs: bs,
-		idle: idle, servers: b.cfg.Servers, shards: b.cfg.ServerShardCount(), log: log,
+		idle: idle, servers: b.cfg.Servers, shards: b.cfg.ServerShardCount(), pipeline: b.cfg.Pipeline, log: log,
 	}
 	switch mode {
 	case ModeDirect:

@@ -71,6 +71,8 @@ type Config struct {
 	// ServerShards is the servers' --queue-shards in queue mode; 0: as
 	// the docs tell an operator (ServerShardCount).
 	ServerShards int
+	// Pipeline is the servers' --pipeline (consumer.Config.Pipeline).
+	Pipeline bool
 	// SimLatency, when set, runs every model on a simulated accelerator
 	// per server (batch.Simulate): each run takes at least Base + PerRow x
 	// rows, one run at a time per instance, the real model still running.
@@ -260,9 +262,10 @@ func withClientID(conn mq.Config, id string) mq.Config {
 
 // ServerShardCount is the servers' --queue-shards in queue mode: the
 // producers' count when they hash over shards, else ServerShards, else
-// what the docs tell an operator to set (shard.ForFleet): a fleet needs it
-// to spread plain producers' tasks, and a lone replica to poll its next
-// batch while one runs (consumer's Pipelining).
+// what the docs tell an operator to set (shard.ForFleet) for a fleet, which
+// needs it to spread plain producers' tasks, and for a lone replica with
+// Pipeline, which needs it to poll its next batch while one runs
+// (consumer's Pipelining); else 1.
 func (c Config) ServerShardCount() int {
 	switch {
 	case c.QueueShards > 1:
@@ -270,5 +273,8 @@ func (c Config) ServerShardCount() int {
 	case c.ServerShards > 0:
 		return c.ServerShards
 	}
-	return shard.ForFleet(c.Servers)
+	if c.Servers > 1 || c.Pipeline {
+		return shard.ForFleet(c.Servers)
+	}
+	return 1
 }

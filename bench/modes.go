@@ -434,7 +434,8 @@ type serverSpec struct {
 	servers int
 	// shards: the queue's shards (Config.QueueShards), each server
 	// polling the ones it owns.
-	shards int
+	shards   int
+	pipeline bool // consumer.Config.Pipeline
 	// oip: each server listens for HTTP and gRPC on loopback ports,
 	// admitting oipCap infer requests at once on each (oipLimit).
 	oip    bool
@@ -483,7 +484,7 @@ func (bs *benchServer) startOne(spec serverSpec, i int) error {
 	cfg := worker.Config{
 		Broker: withClientID(spec.conn, fmt.Sprintf("%s-s%d", spec.clientID, i)),
 		Consumer: consumer.Config{Worker: "bench", IntakeWorkers: 2, Writers: 128, PollMaxItems: 128,
-			DrainTimeout: 5 * time.Second, QueueShards: spec.shards},
+			DrainTimeout: 5 * time.Second, QueueShards: spec.shards, Pipeline: spec.pipeline},
 		Results: models.Results{Spool: models.SpoolMemory}, // a benchmark keeps no state across runs
 		Logger:  spec.log,
 	}

@@ -29,7 +29,8 @@ import (
 // pipeBackoffMax. A kept pipeline is checked against running directly every
 // pipeRecheck, and given up at once when the share falls under pipeIdle (a
 // light queue, where the hop only adds latency). A queue with one channel
-// (--queue-shards 1) has no other channel to pipeline into.
+// (--queue-shards 1) has no other channel to pipeline into. It is opt-in
+// (Config.Pipeline, serve --pipeline): see there why.
 const (
 	pipeWindow     = 2 * time.Second
 	pipeSettle     = 250 * time.Millisecond
@@ -146,6 +147,9 @@ func (c *pipeCtl) step(now time.Time, share float64, settle time.Duration) (swit
 // pipe updates q's pipelining from its models' busy share (see
 // Pipelining); shard 0's Deliver calls it before each poll is placed.
 func (s *Server) pipe(q *queue) {
+	if !s.cfg.Pipeline {
+		return
+	}
 	var ms []busyMeter
 	for _, m := range q.table.Load().Models() {
 		if b, ok := m.Batcher.(busyMeter); ok {

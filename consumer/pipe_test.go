@@ -1,6 +1,7 @@
 package consumer_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"github.com/inferq/inferq/batch"
 	"github.com/inferq/inferq/consumer"
 	"github.com/inferq/inferq/mq"
+	"github.com/inferq/inferq/results"
 	"github.com/inferq/inferq/task"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -34,13 +36,17 @@ func TestLoneReplicaPipelines(t *testing.T) {
 				const shards, tasks = 4, 1600
 				runs := newFakeBatcher()
 				h := newHarness(t, on, withConfig(func(cc *consumer.Config) {
-					cc.QueueShards, cc.ShardBeat = shards, 50*time.Millisecond
+					cc.QueueShards, cc.ShardBeat, cc.Pipeline = shards, 50*time.Millisecond, true
 					cc.Models[0].Batcher = simBatcher(t, runs, tc.lat)
 					// A poll is one batch, so that running shard 0
 					// directly leaves the device idle between batches.
 					cc.PollMaxItems = 8
 				}), func(c *harnessConfig) {
 					c.server = func(s *consumer.Server) { consumer.SetPipeWindow(s, 400*time.Millisecond) }
+					// Storing a result takes 15 ms, so that the broker's
+					// part of a cycle is long beside the run's 18 ms
+					// whatever else the machine does.
+					c.storeWrap = func(s consumer.Store) consumer.Store { return slowStore{s, 15 * time.Millisecond} }
 				})
 				waitFor(t, 20*time.Second, "the lone server to own every shard", func() bool {
 					return ownedChannels(h.cons) == shards
@@ -77,4 +83,15 @@ func TestLoneReplicaPipelines(t *testing.T) {
 			})
 		}
 	})
+}
+
+// slowStore delays every Put by d.
+type slowStore struct {
+	consumer.Store
+	d time.Duration
+}
+
+func (s slowStore) Put(ctx context.Context, e results.Entry) error {
+	time.Sleep(s.d)
+	return s.Store.Put(ctx, e)
 }

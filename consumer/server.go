@@ -183,6 +183,12 @@ type Config struct {
 	// know the count spread tasks over the shards; the others send to
 	// shard 0. 0 or 1: the queue alone, polled by every replica.
 	QueueShards int
+	// Pipeline lets a replica alone on a sharded queue move the queue's
+	// own channel into its shards while that keeps its devices busier
+	// (pipe.go). Off by default: on KubeMQ v2.4.0 moved copies are often
+	// stranded for a second and now and then for good (KUBEMQ.md facts 43,
+	// 37), which no measured gain pays for.
+	Pipeline bool
 	// ShardEvents carries the replicas' heartbeats; required with
 	// QueueShards > 1. *mq.Conn satisfies it.
 	ShardEvents shard.Events

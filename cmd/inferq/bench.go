@@ -39,18 +39,13 @@ Modes (--modes, any combination):
 
 The server under test runs in this process (serve's pieces) on the embedded
 broker, or on --broker ADDR. Load is closed-loop: --producers clients, each
-keeping up to --inflight tasks out, sending --send-batch at a time. Latency
-runs from the send to the verified result. Every result is checked (its task
-id and SUCCESS where queued, one row of each output's static dims, an FP32
-"probs" output summing to 1 per row); results that do not come back within
---drain-timeout after the sending stops are lost: the last line says so and
-the exit code is 1. Each task is one row (a dynamic dim 0, the batch dim, is
-1); other dynamic dims are 1 unless --shape sets them. The http and grpc
-servers admit the whole load (max_concurrent_requests raised to it).
-
-CPU is the process's (server, producers and, when embedded, the broker) in
-cores; RSS is sampled from /proc/self/statm. Models come from --config, else
-the example models in --models-dir (written there when missing).`
+keeping up to --inflight tasks out, sending --send-batch at a time; latency
+runs from the send to the verified result (task id, SUCCESS where queued, one
+row of each output's static dims, an FP32 "probs" output summing to 1). Results
+not back within --drain-timeout of the last send are lost (exit code 1). A task
+is one row; other dynamic dims are 1 unless --shape sets them. The http and grpc
+servers admit the whole load. CPU (in cores) and RSS are this process's. Models
+come from --config, else the examples in --models-dir (written when missing).`
 
 func runBench(ctx context.Context, a *app, args []string) error {
 	fs := a.newFlags("bench", "bench [--model NAME]... [--modes LIST] [flags]", benchHelp)
@@ -149,7 +144,8 @@ func registerBenchFlags(fs *pflag.FlagSet, c *bench.Config) {
 	fs.StringVar(&c.Broker, "broker", "", "KubeMQ gRPC address host:port (default: an embedded broker in this process)")
 	fs.IntVar(&c.Repeat, "repeat", 1, "samples per row; the table shows the median and the spread")
 	fs.IntVar(&c.QueueShards, "queue-shards", 1, "queue mode: producers hash task ids over this many shards (as inferq's Go client does with the count); 1: they send to the queue's own name, as the Python adapter and kubemq-js do")
-	fs.IntVar(&c.ServerShards, "server-shards", 0, "queue mode: the servers' --queue-shards when the producers send to the queue's own name; 0: the recommended count (8, or servers + 1), with which a fleet spreads the load and a lone server polls its next batch while one runs; 1: servers on the queue's own channel alone")
+	fs.IntVar(&c.ServerShards, "server-shards", 0, "queue mode: the servers' --queue-shards when the producers send to the queue's own name; 0: with --servers above 1 or --pipeline the recommended count (8, or servers + 1), with which a fleet spreads the load and a lone server can poll its next batch while one runs, else 1")
+	fs.BoolVar(&c.Pipeline, "pipeline", false, "queue mode: run the servers with serve's --pipeline")
 	fs.Var(latencyFlag{&c.SimLatency}, "sim-latency", "BASE,PER_ROW: run every model on a simulated accelerator per server, each run taking at least BASE + PER_ROW x rows, one run at a time per instance (e.g. 40ms,400us: 65.6 ms for 64 rows); the model still runs and is checked, the rest is slept so the CPU stays free for the pipeline. Take BASE and PER_ROW from a real GPU's --modes direct at two batch sizes")
 	fs.IntVar(&c.Servers, "servers", 1, "inferq servers consuming the queue (queue, query, http and grpc modes; http and grpc spread requests over them), each with its own connection and poller")
 	fs.StringVar(&c.JSONPath, "json", "", "write every sample (with every latency) as JSON to FILE")

@@ -54,8 +54,7 @@ the task stored on the broker to its result back here). It exits 1 when a task f
 each at once, ahead of queued tasks, and nothing is stored (--concurrency
 queries in flight; --timeout is each query's timeout). --follow prints the
 task's progress events (received, running, stored, retrying, failed) as they
-arrive; progress events are not stored, so some may be missed. --no-progress
-asks the servers to send none (kwargs.parameters.progress: false).
+arrive; progress events are not stored, so some may be missed.
 
 A result over the model's result.max_result_bytes comes back by reference:
 infer reads the whole record from the replica's /v1/tasks/ID with

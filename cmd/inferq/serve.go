@@ -81,6 +81,7 @@ type serveFlags struct {
 	queryGroup    string
 	localCrashes  bool
 	queueShards   int
+	pipeline      bool
 	crashHold     time.Duration
 	crashWindow   time.Duration
 	crashKeyFile  string
@@ -105,6 +106,7 @@ func runServe(ctx context.Context, a *app, args []string) error {
 	fs.DurationVar(&f.pollFollow, "poll-follow-within", 10*time.Millisecond, "follow a live queue: when its lone tasks come within this of the last one's completion, poll for the next at once after each completion instead of peeking (one call per task instead of two, and no task caught by the last batch's close); when the queue goes quiet, one stream poll waits its 1 s, holding one of the broker's poll slots that other consumers' polls may wait on (KUBEMQ.md trap 11). 0: never follow, peek for every lone task")
 	fs.StringVar(&f.queryGroup, "query-group", consumer.DefaultQueryGroup, "KubeMQ group of the sync query subscriptions: servers in one group share a queue's queries")
 	fs.IntVar(&f.queueShards, "queue-shards", 1, "spread every queue over this many KubeMQ channels (<queue>, <queue>.shard-1, ...), each polled by one replica at a time: the replicas find each other on the events channel <queue>.members and split the shards; producers that know the count (inferq's client, WithShards) spread tasks over them, the others send to <queue> (shard 0). Several replicas on one channel strand each other's messages on KubeMQ; give every replica the same count, at least the number of replicas")
+	fs.BoolVar(&f.pipeline, "pipeline", false, "with --queue-shards above 1, a replica alone on a queue moves polls of the queue's own channel into its shards while a measured trial shows that keeps its devices busier (the next batch polled while one runs; docs/operating.md); off by default: on KubeMQ v2.4.0 moved copies are often stranded for a second, and were now and then left unpolled for good")
 	fs.BoolVar(&f.localCrashes, "local-crash-counts", false, "count crashes with this process's journal only: no crash reports on the events store channel <queue>.crashes, so each replica spends max_retries+1 crashes of its own")
 	fs.DurationVar(&f.crashHold, "crash-hold", crash.DefaultHold, "how long a task that crashed a replica of the fleet waits before it runs again, so that the replica that died has time to restart and report its crash (0: no wait); set it above a replica's restart time")
 	fs.DurationVar(&f.crashWindow, "crash-window", time.Hour, "how long a fleet crash report counts; at most the broker's events store retention")
@@ -260,7 +262,7 @@ func (f serveFlags) workerConfig(c *models.Config, loaded worker.Loaded, reg *pr
 		Consumer: consumer.Config{Metrics: met, Worker: host, AlertWebhook: f.alertWebhook, AdvertiseURL: c.HTTP.AdvertiseURL,
 			IntakeWorkers: intake, Writers: f.resultWriters, PollMaxItems: f.pollMaxItems, PollFollowWithin: followWithin(f.pollFollow), DrainTimeout: f.shutdownGrace,
 			QueryGroup: f.queryGroup, TracerProvider: tp, Crash: crash.FleetConfig{Hold: crashHold(f.crashHold), Window: f.crashWindow, Key: f.crashKey},
-			QueueShards: f.queueShards},
+			QueueShards: f.queueShards, Pipeline: f.pipeline},
 		LocalCrashCounts: f.localCrashes,
 		Registry:         reg, HTTP: c.HTTP, GRPC: c.GRPC, Devices: loaded.Devices(), Logger: log,
 		SpoolFlushTimeout: spoolFlushTimeout(f.flushTimeout),
