@@ -98,8 +98,7 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	defer env.Close()
 	c.Env, c.Stdout, c.Stderr, c.Logger = env, a.stdout, a.stderr, log
 	c.Place = func(ms []models.Model) ([]runtime.Placement, error) { return place(log, ms) }
-	err = bench.Run(ctx, c)
-	if errors.Is(err, bench.ErrShape) {
+	if err = bench.Run(ctx, c); errors.Is(err, bench.ErrShape) {
 		return usageErrorf("%v", err)
 	}
 	return err
