@@ -26,7 +26,6 @@ var (
 type fakeMsg struct {
 	body    []byte
 	expires time.Time
-	ours    bool // sent by SendQueue, the Store's own record
 }
 
 type fakeEvent struct {
@@ -35,10 +34,8 @@ type fakeEvent struct {
 }
 
 // fakeBroker keeps queues and events store channels in memory. It models
-// trap 8: a removal that meets only expired messages makes the channel
-// swallow the next message sent to it. RemoveOld removes the oldest
-// message when the Store sent it, or when a producer's body does not start
-// with "CANCELLED" (a final record, left) or "FOREIGN" (no record, left).
+// trap 8: a receive that meets only expired messages makes the channel
+// swallow the next message sent to it.
 type fakeBroker struct {
 	now func() time.Time
 
@@ -53,11 +50,11 @@ type fakeBroker struct {
 	failCh    string         // event sends to this channel fail with failChErr
 	failChErr error          // errChannelFailing when nil
 	writeFail map[string]int // failed event sends by channel
-	ops       []string       // "remove ch", "send ch", "event ch", in call order
+	ops       []string       // "receive ch", "send ch", "event ch", in call order
 	calls     int            // calls, failed ones included
-	receiving int            // RemoveOld calls in flight
-	maxRecv   int            // most RemoveOld calls seen in flight at once
-	block     chan struct{}  // when set, RemoveOld waits for it to close
+	receiving int            // ReceiveOne calls in flight
+	maxRecv   int            // most ReceiveOne calls seen in flight at once
+	block     chan struct{}  // when set, ReceiveOne waits for it to close
 	onCall    func()         // called (without mu) at the start of every call
 }
 
@@ -131,16 +128,16 @@ func (f *fakeBroker) SendQueue(ctx context.Context, ch string, body []byte, expi
 		f.swallowed++
 		return nil
 	}
-	f.queues[ch] = append(f.queues[ch], fakeMsg{body: bytes.Clone(body), expires: f.now().Add(expiry), ours: true})
+	f.queues[ch] = append(f.queues[ch], fakeMsg{body: bytes.Clone(body), expires: f.now().Add(expiry)})
 	return nil
 }
 
-func (f *fakeBroker) RemoveOld(ctx context.Context, ch string, wait time.Duration) (Old, error) {
+func (f *fakeBroker) ReceiveOne(ctx context.Context, ch string, wait time.Duration) (bool, error) {
 	if err := ctx.Err(); err != nil {
-		return OldNone, err
+		return false, err
 	}
-	if err := f.enter("remove " + ch); err != nil {
-		return OldNone, err
+	if err := f.enter("receive " + ch); err != nil {
+		return false, err
 	}
 	f.mu.Lock()
 	f.receiving++
@@ -156,7 +153,7 @@ func (f *fakeBroker) RemoveOld(ctx context.Context, ch string, wait time.Duratio
 		select {
 		case <-block:
 		case <-ctx.Done():
-			return OldNone, ctx.Err()
+			return false, ctx.Err()
 		}
 	}
 	f.mu.Lock()
@@ -174,17 +171,10 @@ func (f *fakeBroker) RemoveOld(ctx context.Context, ch string, wait time.Duratio
 			f.swallow[ch] = true // trap 8
 		}
 		f.queues[ch] = nil
-		return OldNone, nil
-	}
-	f.queues[ch] = live
-	switch head := live[0]; {
-	case !head.ours && bytes.HasPrefix(head.body, []byte("CANCELLED")):
-		return OldFinal, nil
-	case !head.ours && bytes.HasPrefix(head.body, []byte("FOREIGN")):
-		return OldKept, nil
+		return false, nil
 	}
 	f.queues[ch] = live[1:]
-	return OldRemoved, nil
+	return true, nil
 }
 
 // put writes a message as a producer would (the adapter's PENDING).
