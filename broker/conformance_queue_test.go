@@ -211,6 +211,7 @@ var queueRows = []struct {
 	{"PeekDoesNotConsume", 1, rowQueuePeekDoesNotConsume},
 	{"LegacyReceive", 0, rowQueueLegacyReceive},
 	{"AckAllPurgesWaitingOnly", 1, rowQueueAckAllPurgesWaitingOnly},
+	{"AckAllBlocksLegacyPeek", 1, rowQueueAckAllBlocksLegacyPeek},
 	{"DisconnectRedeliversWithoutCount", 2, rowQueueDisconnectRedeliversWithoutCount},
 	{"TwoClientsGetDisjointMessages", 2, rowQueueTwoClientsGetDisjointMessages},
 	{"PollWaitsUnlessFull", 1, rowQueuePollWaitsUnlessFull},
@@ -503,6 +504,42 @@ func rowQueueAckAllPurgesWaitingOnly(t *testing.T, e *queueEnv) {
 		p := peekQ(t, lctx, lc, ch, 1)
 		return len(p.Messages) == 1 && string(p.Messages[0].Body) == "held"
 	})
+}
+
+// A legacy peek sent while a purge runs waits for the purge to end before
+// its own wait starts (KUBEMQ.md fact 28: one broker client serves a
+// channel's legacy calls, the purge included), so it sees a message written
+// right after the purge, although its 1 s wait is shorter than the 2 s
+// purge. The Python adapter's soft cancel relies on nothing else, and
+// inferq's removal of a result channel's old record meets it (trap 24).
+func rowQueueAckAllBlocksLegacyPeek(t *testing.T, e *queueEnv) {
+	c, ctx := e.stream(t)
+	lc, lctx := e.legacy(t)
+	ch := channel(t, "q")
+	sendQ(t, ctx, c, qmsg(ch, "before"))
+	purged := make(chan error, 1)
+	go func() {
+		res, err := c.AckAll(ctx, qs.NewAckAllRequest().SetChannel(ch).SetWaitTimeSeconds(2))
+		if err == nil && res.IsError {
+			err = errors.New(res.Error)
+		}
+		if err == nil {
+			_, err = c.Send(ctx, qmsg(ch, "after"))
+		}
+		purged <- err
+	}()
+	waitFor(t, 3*time.Second, "the purge to take the waiting message", func() bool { return waitingQ(t, ctx, c, ch) == 0 })
+	p := peekQ(t, lctx, lc, ch, 1)
+	if err := <-purged; err != nil {
+		t.Fatalf("purge, then send: %v", err)
+	}
+	var got []string
+	for _, m := range p.Messages {
+		got = append(got, string(m.Body))
+	}
+	if len(got) != 1 || got[0] != "after" {
+		t.Errorf("a peek sent during the purge got %v, want [after]: it must wait for the purge to end", got)
+	}
 }
 
 func rowQueueDisconnectRedeliversWithoutCount(t *testing.T, e *queueEnv) {

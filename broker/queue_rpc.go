@@ -45,6 +45,10 @@ func (s *Server) ReceiveQueueMessages(ctx context.Context, req *pb.ReceiveQueueM
 		return resp, nil
 	}
 	q := s.queues.queue(req.Channel)
+	if err := q.receiver.Acquire(ctx, 1); err != nil {
+		return nil, status.FromContextError(err).Err()
+	}
+	defer q.receiver.Release(1)
 	var (
 		msgs    []*pb.QueueMessage
 		expired int
@@ -67,7 +71,9 @@ func (s *Server) ReceiveQueueMessages(ctx context.Context, req *pb.ReceiveQueueM
 
 // AckAllQueueMessages purges the channel: it removes what is waiting, and
 // whatever arrives, for the whole WaitTimeSeconds (as KubeMQ does), then
-// reports how many it removed. Messages in flight are not touched.
+// reports how many it removed. Messages in flight are not touched. Like
+// KubeMQ's, it holds the channel's legacy receiver meanwhile: legacy peeks
+// and receives of the channel wait for it (queue.receiver, fact 28).
 func (s *Server) AckAllQueueMessages(ctx context.Context, req *pb.AckAllQueueMessagesRequest) (*pb.AckAllQueueMessagesResponse, error) {
 	if req == nil {
 		req = &pb.AckAllQueueMessagesRequest{}
@@ -78,7 +84,12 @@ func (s *Server) AckAllQueueMessages(ctx context.Context, req *pb.AckAllQueueMes
 		resp.IsError, resp.Error = true, err.Error()
 		return resp, nil
 	}
-	n, err := s.queues.queue(req.Channel).purge(ctx, wait)
+	q := s.queues.queue(req.Channel)
+	if err := q.receiver.Acquire(ctx, receiverSlots); err != nil {
+		return nil, status.FromContextError(err).Err()
+	}
+	n, err := q.purge(ctx, wait)
+	q.receiver.Release(receiverSlots)
 	if err != nil {
 		return nil, waitError(err)
 	}

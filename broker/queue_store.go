@@ -15,6 +15,7 @@ import (
 	"time"
 
 	pb "github.com/kubemq-io/protobuf/go"
+	"golang.org/x/sync/semaphore"
 )
 
 // Limits of KubeMQ's default queue configuration, enforced the same way.
@@ -137,7 +138,7 @@ func (st *queueStore) queue(name string) *queue {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if q = st.queues[name]; q == nil {
-		q = &queue{name: name, st: st}
+		q = &queue{name: name, st: st, receiver: semaphore.NewWeighted(receiverSlots)}
 		st.queues[name] = q
 	}
 	return q
@@ -420,6 +421,14 @@ func cloneMessage(m *pb.QueueMessage) *pb.QueueMessage {
 type queue struct {
 	name string
 	st   *queueStore
+	// receiver stands for the real broker's one pooled client per channel
+	// that serves its legacy calls (KUBEMQ.md fact 28): a purge
+	// (AckAllQueueMessages) holds it for its whole wait, so the channel's
+	// legacy peeks and receives wait for the purge to end (the purge
+	// "blocks readers"), and a purge waits for those in progress. Unlike
+	// the real broker's, peeks and receives do not wait for each other:
+	// each takes one of receiverSlots, a purge takes them all.
+	receiver *semaphore.Weighted
 
 	mu         sync.Mutex
 	ready      ring
@@ -441,6 +450,10 @@ type queue struct {
 	// admitted and not yet stored. Options.MaxQueueBytes bounds their sum.
 	held, reserved atomic.Int64
 }
+
+// receiverSlots is how many legacy peeks and receives of one channel run at
+// once (queue.receiver); a purge takes every slot.
+const receiverSlots = 1 << 20
 
 // msgOverhead is what a queue message costs the broker beyond its bytes
 // (the message, its attributes and policy, the ring's and the log's keys),

@@ -153,3 +153,38 @@ func BenchmarkEvents(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRemoveRecord measures removing a per-task result record that is
+// there: the one-message auto-ack receive (ReceiveOne) against TakeHead's
+// peek and receive, which never keeps a message it has not checked. Each
+// iteration writes the record (not timed) and removes it.
+func BenchmarkRemoveRecord(b *testing.B) {
+	body := make([]byte, 200)
+	for _, tg := range targets(b, fastBroker()) {
+		for _, how := range []string{"receive-one", "take-head"} {
+			b.Run(tg.name+"/"+how, func(b *testing.B) {
+				c := benchConn(b, tg)
+				ch := chanName(b)
+				ctx := context.Background()
+				all := func(*Message) bool { return true }
+				for b.Loop() {
+					b.StopTimer()
+					if err := c.Sender().Send(ctx, OutMessage{Channel: ch, Body: body}); err != nil {
+						b.Fatal(err)
+					}
+					b.StartTimer()
+					var found bool
+					var err error
+					if how == "receive-one" {
+						found, err = c.ReceiveOne(ctx, ch, time.Second)
+					} else {
+						_, found, err = c.TakeHead(ctx, ch, time.Second, all)
+					}
+					if err != nil || !found {
+						b.Fatalf("%s: found %v, %v", how, found, err)
+					}
+				}
+			})
+		}
+	}
+}

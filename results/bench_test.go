@@ -16,8 +16,8 @@ func (nopBroker) SendEventStore(context.Context, string, []byte, map[string]stri
 	return nil
 }
 func (nopBroker) SendQueue(context.Context, string, []byte, time.Duration) error { return nil }
-func (nopBroker) ReceiveOne(context.Context, string, time.Duration) (bool, error) {
-	return true, nil
+func (nopBroker) RemoveOld(context.Context, string, time.Duration) (Old, error) {
+	return OldRemoved, nil
 }
 
 func BenchmarkPut(b *testing.B) {

@@ -31,19 +31,60 @@ type Broker interface {
 
 	// SendQueue sends body as one message to the queue channel with the given
 	// expiration (whole seconds; the broker rounds) and returns once the broker
-	// confirmed it.
+	// confirmed it. The message is marked as this writer's, so that
+	// RemoveOld knows it for a record the next one supersedes.
 	SendQueue(ctx context.Context, channel string, body []byte, expiry time.Duration) error
 
-	// ReceiveOne removes at most one message from the queue channel: a
-	// receive of one message that acknowledges it at once, waiting up to wait
-	// (at least the broker's 1 s floor) when the channel is empty. found
-	// reports whether a message was removed. It must never purge the channel
-	// (AckAll blocks its whole wait and drops records written meanwhile), and
-	// it must not use a queues_stream poll: a stream poll waiting on an empty
-	// channel holds one of the broker's shared poll slots and stalls other
-	// clients' polls (KUBEMQ.md trap 11). The legacy ReceiveQueueMessages
-	// (MaxNumberOfMessages 1, WaitTimeSeconds = wait rounded up) fits.
-	ReceiveOne(ctx context.Context, channel string, wait time.Duration) (found bool, err error)
+	// RemoveOld removes the oldest message of the compat queue channel
+	// when, and only when, it is a record the writer's next record
+	// supersedes: one it wrote itself (an earlier delivery's) or a
+	// non-terminal one (the producer's PENDING). It says what it found.
+	// It must never remove any other message, not even one that arrives
+	// while it works (the Python adapter's soft cancel purges the channel
+	// and writes CANCELLED at any moment, KUBEMQ.md trap 24): the check
+	// must be on the message removed, not on one seen before (one
+	// removed by mistake is written back at once). It waits
+	// up to wait (at least the broker's 1 s floor) when the channel is
+	// empty. It must never purge the channel (AckAll blocks its whole
+	// wait and drops records written meanwhile), and must not wait in a
+	// queues_stream poll: a stream poll waiting on an empty channel holds
+	// one of the broker's shared poll slots and stalls other clients'
+	// polls (KUBEMQ.md trap 11). mq.Conn.TakeHead fits.
+	RemoveOld(ctx context.Context, channel string, wait time.Duration) (Old, error)
+}
+
+// Old is what Broker.RemoveOld found at the head of a compat channel.
+type Old int
+
+const (
+	// OldNone: the channel held no message.
+	OldNone Old = iota
+	// OldRemoved: the oldest message was a record the next one
+	// supersedes, and it is gone.
+	OldRemoved
+	// OldFinal: the oldest message is a terminal record another writer
+	// put there, such as the producer's CANCELLED. It stands, and the
+	// Store writes nothing behind it: the channel's readers see the oldest
+	// record only.
+	OldFinal
+	// OldKept: the oldest message is no record. It stays, and the Store
+	// writes behind it.
+	OldKept
+)
+
+// String names o for logs.
+func (o Old) String() string {
+	switch o {
+	case OldNone:
+		return "none"
+	case OldRemoved:
+		return "removed"
+	case OldFinal:
+		return "final"
+	case OldKept:
+		return "kept"
+	}
+	return "unknown"
 }
 
 // Sentinel errors returned by a Store.

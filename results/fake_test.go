@@ -26,6 +26,7 @@ var (
 type fakeMsg struct {
 	body    []byte
 	expires time.Time
+	ours    bool // sent by SendQueue, the Store's own record
 }
 
 type fakeEvent struct {
@@ -34,8 +35,10 @@ type fakeEvent struct {
 }
 
 // fakeBroker keeps queues and events store channels in memory. It models
-// trap 8: a receive that meets only expired messages makes the channel
-// swallow the next message sent to it.
+// trap 8: a removal that meets only expired messages makes the channel
+// swallow the next message sent to it. RemoveOld removes the oldest
+// message when the Store sent it, or when a producer's body does not start
+// with "CANCELLED" (a final record, left) or "FOREIGN" (no record, left).
 type fakeBroker struct {
 	now func() time.Time
 
@@ -50,11 +53,11 @@ type fakeBroker struct {
 	failCh    string         // event sends to this channel fail with failChErr
 	failChErr error          // errChannelFailing when nil
 	writeFail map[string]int // failed event sends by channel
-	ops       []string       // "receive ch", "send ch", "event ch", in call order
+	ops       []string       // "remove ch", "send ch", "event ch", in call order
 	calls     int            // calls, failed ones included
-	receiving int            // ReceiveOne calls in flight
-	maxRecv   int            // most ReceiveOne calls seen in flight at once
-	block     chan struct{}  // when set, ReceiveOne waits for it to close
+	receiving int            // RemoveOld calls in flight
+	maxRecv   int            // most RemoveOld calls seen in flight at once
+	block     chan struct{}  // when set, RemoveOld waits for it to close
 	onCall    func()         // called (without mu) at the start of every call
 }
 
@@ -128,16 +131,16 @@ func (f *fakeBroker) SendQueue(ctx context.Context, ch string, body []byte, expi
 		f.swallowed++
 		return nil
 	}
-	f.queues[ch] = append(f.queues[ch], fakeMsg{body: bytes.Clone(body), expires: f.now().Add(expiry)})
+	f.queues[ch] = append(f.queues[ch], fakeMsg{body: bytes.Clone(body), expires: f.now().Add(expiry), ours: true})
 	return nil
 }
 
-func (f *fakeBroker) ReceiveOne(ctx context.Context, ch string, wait time.Duration) (bool, error) {
+func (f *fakeBroker) RemoveOld(ctx context.Context, ch string, wait time.Duration) (Old, error) {
 	if err := ctx.Err(); err != nil {
-		return false, err
+		return OldNone, err
 	}
-	if err := f.enter("receive " + ch); err != nil {
-		return false, err
+	if err := f.enter("remove " + ch); err != nil {
+		return OldNone, err
 	}
 	f.mu.Lock()
 	f.receiving++
@@ -153,7 +156,7 @@ func (f *fakeBroker) ReceiveOne(ctx context.Context, ch string, wait time.Durati
 		select {
 		case <-block:
 		case <-ctx.Done():
-			return false, ctx.Err()
+			return OldNone, ctx.Err()
 		}
 	}
 	f.mu.Lock()
@@ -171,10 +174,17 @@ func (f *fakeBroker) ReceiveOne(ctx context.Context, ch string, wait time.Durati
 			f.swallow[ch] = true // trap 8
 		}
 		f.queues[ch] = nil
-		return false, nil
+		return OldNone, nil
+	}
+	f.queues[ch] = live
+	switch head := live[0]; {
+	case !head.ours && bytes.HasPrefix(head.body, []byte("CANCELLED")):
+		return OldFinal, nil
+	case !head.ours && bytes.HasPrefix(head.body, []byte("FOREIGN")):
+		return OldKept, nil
 	}
 	f.queues[ch] = live[1:]
-	return true, nil
+	return OldRemoved, nil
 }
 
 // put writes a message as a producer would (the adapter's PENDING).

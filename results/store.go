@@ -33,7 +33,7 @@ type Store struct {
 	draining  chan struct{} // closed by Flush: Run retries an away broker every FlushRetry
 	drainOnce sync.Once
 
-	retries, spooled, replayed, parked atomic.Uint64
+	retries, spooled, replayed, parked, withheld atomic.Uint64
 
 	mu       sync.RWMutex // guards closed against inflight.Add
 	closed   bool
@@ -252,6 +252,11 @@ type Stats struct {
 	// DiskErrors counts failed disk spool writes and reads
 	// (inferq_result_spool_disk_errors_total).
 	DiskErrors uint64
+	// Withheld counts records not written to their compat channel because
+	// it already held another writer's final record, the producer's
+	// CANCELLED (inferq_result_store_withheld_total); each is kept for
+	// lookups.
+	Withheld uint64
 }
 
 // Stats returns the counters. Safe for concurrent use; cheap enough for a
@@ -262,7 +267,7 @@ func (s *Store) Stats() Stats {
 		Retries: s.retries.Load(), Pending: sp.pending, Held: sp.held, Undeliverable: sp.undeliverable,
 		MemoryOnly: sp.memOnly, DiskBytes: sp.diskBytes, Full: sp.full,
 		Spooled: s.spooled.Load(), Replayed: s.replayed.Load(), Parked: s.parked.Load(),
-		Dropped: sp.dropped, Evicted: sp.evicted, DiskErrors: sp.diskErrs,
+		Dropped: sp.dropped, Evicted: sp.evicted, DiskErrors: sp.diskErrs, Withheld: s.withheld.Load(),
 	}
 }
 

@@ -84,8 +84,8 @@ func TestPutCompat(t *testing.T) {
 					t.Errorf("after the PENDING expired channel = %q, want only the new record", got)
 				}
 			}
-			if got := len(fb.opsOf("receive ")) > 0; got != tt.wantReceive {
-				t.Errorf("removal receive issued = %v, want %v", got, tt.wantReceive)
+			if got := len(fb.opsOf("remove ")) > 0; got != tt.wantReceive {
+				t.Errorf("removal issued = %v, want %v", got, tt.wantReceive)
 			}
 			fb.get(func(f *fakeBroker) {
 				if f.swallowed != 0 {
@@ -100,12 +100,12 @@ func TestPutCompat(t *testing.T) {
 }
 
 // TestFakeModelsTrap8 checks the fake the compat tests rely on: a removal
-// receive that meets only an expired record loses the next record.
+// that meets only an expired record loses the next record.
 func TestFakeModelsTrap8(t *testing.T) {
 	fb := newFakeBroker()
 	fb.put("c", "PENDING", time.Now().Add(-time.Second))
-	if found, _ := fb.ReceiveOne(context.Background(), "c", time.Second); found {
-		t.Fatal("found an expired record")
+	if old, _ := fb.RemoveOld(context.Background(), "c", time.Second); old != OldNone {
+		t.Fatalf("found an expired record: %v", old)
 	}
 	_ = fb.SendQueue(context.Background(), "c", []byte("SUCCESS"), time.Hour)
 	if got := fb.queue("c"); len(got) != 0 {
@@ -350,5 +350,61 @@ func TestMemoryOnlyIsExplicitAndWarned(t *testing.T) {
 	newStore(t, Config{Broker: newFakeBroker(), MemoryOnly: true, Logger: slogTo(logs)})
 	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "memory only") {
 		t.Errorf("no startup warning for the memory-only spool:\n%s", logs)
+	}
+}
+
+// What the removal finds at the head of the compat channel decides the
+// write: a record ours supersedes is removed first; another writer's final
+// record (the producer's CANCELLED) stands and nothing is written behind
+// it, the result kept for lookups; a message that is no record stays and
+// the record goes behind it. A retry or a replay after a failed send does
+// not remove again.
+func TestCompatWriteByOldRecord(t *testing.T) {
+	for _, tt := range []struct {
+		name, head   string // "" for an empty channel
+		failSends    int
+		want         []string
+		wantWithheld uint64
+	}{
+		{name: "empty", want: []string{"R"}},
+		{name: "the producer's PENDING", head: "PENDING", want: []string{"R"}},
+		{name: "the producer's CANCELLED", head: "CANCELLED", want: []string{"CANCELLED"}, wantWithheld: 1},
+		{name: "no record", head: "FOREIGN", want: []string{"FOREIGN", "R"}},
+		{name: "PENDING, the send retried", head: "PENDING", failSends: 1, want: []string{"R"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			fb := newFakeBroker()
+			ch := "rayserve-result-t1"
+			if tt.head != "" {
+				fb.put(ch, tt.head, time.Now().Add(time.Hour))
+			}
+			s := newStore(t, testConfig(fb))
+			wantRetries := uint64(tt.failSends)
+			if tt.failSends > 0 {
+				fb.onCall = func() {
+					fb.mu.Lock()
+					defer fb.mu.Unlock()
+					if len(fb.ops) > 0 && strings.HasPrefix(fb.ops[len(fb.ops)-1], "remove ") && tt.failSends > 0 {
+						tt.failSends--
+						fb.failNext = 1
+					}
+				}
+			}
+			if err := s.Put(context.Background(), Entry{TaskID: "t1", Status: "SUCCESS", Terminal: true, Body: []byte("R"), CreatedAt: time.Now()}); err != nil {
+				t.Fatal(err)
+			}
+			if got := fb.queue(ch); !slices.Equal(got, tt.want) {
+				t.Errorf("channel = %q, want %q", got, tt.want)
+			}
+			if n := len(fb.opsOf("remove ")); n != 1 {
+				t.Errorf("%d removals, want 1", n)
+			}
+			if st := s.Stats(); st.Withheld != tt.wantWithheld || st.Retries != wantRetries {
+				t.Errorf("withheld %d, retries %d; want %d, %d", st.Withheld, st.Retries, tt.wantWithheld, wantRetries)
+			}
+			if body, ok := s.Get("t1"); !ok || string(body) != "R" {
+				t.Errorf("lookup: %q %v, want the result", body, ok)
+			}
+		})
 	}
 }

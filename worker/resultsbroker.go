@@ -8,11 +8,14 @@ import (
 	"github.com/cenkalti/backoff/v5"
 	"github.com/inferq/inferq/mq"
 	"github.com/inferq/inferq/results"
+	"github.com/inferq/inferq/task"
 )
 
 // ResultsBroker adapts an mq connection to results.Broker: events store
-// sends for reply_to, queue sends with expiration for the compat channel,
-// and the one-message auto-ack receive that removes an old record.
+// sends for reply_to, queue sends with expiration for the compat channel
+// (tagged as inferq's records, task.TagWriter), and the removal of the old
+// record there, which takes the channel's oldest message only when it is a
+// record ours supersedes (task.Stand) and never a producer's CANCELLED.
 func ResultsBroker(c *mq.Conn) results.Broker { return resultsBroker{c} }
 
 type resultsBroker struct{ c *mq.Conn }
@@ -22,13 +25,27 @@ func (b resultsBroker) SendEventStore(ctx context.Context, channel string, body 
 }
 
 func (b resultsBroker) SendQueue(ctx context.Context, channel string, body []byte, expiry time.Duration) error {
-	err := b.c.Sender().Send(ctx, mq.OutMessage{Channel: channel, Body: body, ExpirationSeconds: int((expiry + time.Second - 1) / time.Second)})
+	err := b.c.Sender().Send(ctx, mq.OutMessage{Channel: channel, Body: body,
+		Tags:              map[string]string{task.TagWriter: task.WriterInferq},
+		ExpirationSeconds: int((expiry + time.Second - 1) / time.Second)})
 	return classify(err)
 }
 
-func (b resultsBroker) ReceiveOne(ctx context.Context, channel string, wait time.Duration) (bool, error) {
-	found, err := b.c.ReceiveOne(ctx, channel, wait)
-	return found, classify(err)
+func (b resultsBroker) RemoveOld(ctx context.Context, channel string, wait time.Duration) (results.Old, error) {
+	head, took, err := b.c.TakeHead(ctx, channel, wait, func(m *mq.Message) bool {
+		return task.Stand(m.Tags, m.Body) == task.Superseded
+	})
+	switch {
+	case err != nil:
+		return results.OldNone, classify(err)
+	case head == nil:
+		return results.OldNone, nil
+	case took:
+		return results.OldRemoved, nil
+	case task.Stand(head.Tags, head.Body) == task.Final:
+		return results.OldFinal, nil
+	}
+	return results.OldKept, nil
 }
 
 // classify marks an error that retrying cannot fix with backoff.Permanent,

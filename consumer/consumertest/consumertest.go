@@ -62,6 +62,8 @@ type FakeBatcher struct {
 	Total atomic.Int64
 	// Gate, when set, makes every run wait for a receive.
 	Gate chan struct{}
+	// AtGate counts the runs waiting at the Gate.
+	AtGate atomic.Int64
 
 	mu   sync.Mutex
 	runs map[float32]int
@@ -75,7 +77,9 @@ func (f *FakeBatcher) Enqueue(ctx context.Context, r *batch.Request) error {
 	}
 	go func() {
 		if f.Gate != nil {
+			f.AtGate.Add(1)
 			<-f.Gate
+			f.AtGate.Add(-1)
 		}
 		if err := ctx.Err(); err != nil {
 			r.Finish(batch.ItemResult{Err: err})
