@@ -15,9 +15,9 @@ type nopBroker struct{}
 func (nopBroker) SendEventStore(context.Context, string, []byte, map[string]string) error {
 	return nil
 }
-func (nopBroker) SendQueue(context.Context, string, []byte, time.Duration) error { return nil }
-func (nopBroker) RemoveOld(context.Context, string, time.Duration) (Old, error) {
-	return OldRemoved, nil
+func (nopBroker) SendQueue(context.Context, string, []byte, time.Duration, string) error { return nil }
+func (nopBroker) RemoveOld(context.Context, string, time.Duration, string) (Old, error) {
+	return OldOwn, nil
 }
 
 func BenchmarkPut(b *testing.B) {

@@ -31,26 +31,30 @@ type Broker interface {
 
 	// SendQueue sends body as one message to the queue channel with the given
 	// expiration (whole seconds; the broker rounds) and returns once the broker
-	// confirmed it. The message is marked as this writer's, so that
-	// RemoveOld knows it for a record the next one supersedes.
-	SendQueue(ctx context.Context, channel string, body []byte, expiry time.Duration) error
+	// confirmed it. The message is marked as this writer's, and as the
+	// write named write, so that RemoveOld knows it: a record of another
+	// write of this writer is one the next supersedes; this write's is not.
+	SendQueue(ctx context.Context, channel string, body []byte, expiry time.Duration, write string) error
 
 	// RemoveOld removes the oldest message of the compat queue channel
-	// when, and only when, it is a record the writer's next record
-	// supersedes: one it wrote itself (an earlier delivery's) or a
-	// non-terminal one (the producer's PENDING). It says what it found.
+	// when, and only when, it is a record that the record of write (sent
+	// before with SendQueue) supersedes: one this writer wrote in another
+	// write (an earlier delivery's, or a try of this one that failed
+	// late), or a non-terminal one (the producer's PENDING). It says what
+	// it found; OldOwn when the oldest message is write's own record.
 	// It must never remove any other message, not even one that arrives
 	// while it works (the Python adapter's soft cancel purges the channel
 	// and writes CANCELLED at any moment, KUBEMQ.md trap 24): the check
 	// must be on the message removed, not on one seen before (one
-	// removed by mistake is written back at once). It waits
-	// up to wait (at least the broker's 1 s floor) when the channel is
-	// empty. It must never purge the channel (AckAll blocks its whole
-	// wait and drops records written meanwhile), and must not wait in a
+	// removed by mistake is written back at once). It waits up to wait
+	// (at least the broker's 1 s floor) only when the channel is empty,
+	// which it is not after write's send unless a purge took that record.
+	// It must never purge the channel (AckAll blocks its whole wait and
+	// drops records written meanwhile), and must not wait in a
 	// queues_stream poll: a stream poll waiting on an empty channel holds
 	// one of the broker's shared poll slots and stalls other clients'
 	// polls (KUBEMQ.md trap 11). mq.Conn.TakeHead fits.
-	RemoveOld(ctx context.Context, channel string, wait time.Duration) (Old, error)
+	RemoveOld(ctx context.Context, channel string, wait time.Duration, write string) (Old, error)
 }
 
 // Old is what Broker.RemoveOld found at the head of a compat channel.
@@ -64,12 +68,15 @@ const (
 	OldRemoved
 	// OldFinal: the oldest message is a terminal record another writer
 	// put there, such as the producer's CANCELLED. It stands, and the
-	// Store writes nothing behind it: the channel's readers see the oldest
-	// record only.
+	// Store's record behind it is never read: the channel's readers see
+	// the oldest record only.
 	OldFinal
-	// OldKept: the oldest message is no record. It stays, and the Store
-	// writes behind it.
+	// OldKept: the oldest message is no record. It stays, and the
+	// Store's record stays behind it.
 	OldKept
+	// OldOwn: the oldest message is the record of the write asked about:
+	// nothing older is left.
+	OldOwn
 )
 
 // String names o for logs.
@@ -83,6 +90,8 @@ func (o Old) String() string {
 		return "final"
 	case OldKept:
 		return "kept"
+	case OldOwn:
+		return "own"
 	}
 	return "unknown"
 }

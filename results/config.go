@@ -54,10 +54,11 @@ type Config struct {
 	Retries int
 	// RetryBackoff is the wait between retries. Default 1 s.
 	RetryBackoff time.Duration
-	// RemoveWait is the wait of the removal receive. Default 1 s (the
-	// broker's floor).
+	// RemoveWait is the wait of a removal's peek on an empty compat channel
+	// (it is not empty after the record's send unless a purge emptied it).
+	// Default 1 s (the broker's floor).
 	RemoveWait time.Duration
-	// RemoveConcurrency bounds the removal receives in flight. Default 64.
+	// RemoveConcurrency bounds the removals in flight. Default 64.
 	RemoveConcurrency int
 
 	// SpoolEntries bounds the records whose bytes the spool keeps in

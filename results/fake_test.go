@@ -26,7 +26,8 @@ var (
 type fakeMsg struct {
 	body    []byte
 	expires time.Time
-	ours    bool // sent by SendQueue, the Store's own record
+	ours    bool   // sent by SendQueue, the Store's own record
+	write   string // the write that sent it, when ours
 }
 
 type fakeEvent struct {
@@ -37,28 +38,32 @@ type fakeEvent struct {
 // fakeBroker keeps queues and events store channels in memory. It models
 // trap 8: a removal that meets only expired messages makes the channel
 // swallow the next message sent to it. RemoveOld removes the oldest
-// message when the Store sent it, or when a producer's body does not start
-// with "CANCELLED" (a final record, left) or "FOREIGN" (no record, left).
+// message when the Store sent it in another write, or when a producer's
+// body does not start with "CANCELLED" (a final record, left) or
+// "FOREIGN" (no record, left). A removal that finds the channel empty
+// counts in emptyWaits: the real broker's peek waits out its whole wait
+// (at least 1 s) there.
 type fakeBroker struct {
 	now func() time.Time
 
-	mu        sync.Mutex
-	queues    map[string][]fakeMsg
-	events    map[string][]fakeEvent
-	swallow   map[string]bool
-	swallowed int
-	down      bool           // every call fails with errUnavailable
-	failNext  int            // the next n calls fail with errUnavailable
-	failWith  error          // every send fails with this error
-	failCh    string         // event sends to this channel fail with failChErr
-	failChErr error          // errChannelFailing when nil
-	writeFail map[string]int // failed event sends by channel
-	ops       []string       // "remove ch", "send ch", "event ch", in call order
-	calls     int            // calls, failed ones included
-	receiving int            // RemoveOld calls in flight
-	maxRecv   int            // most RemoveOld calls seen in flight at once
-	block     chan struct{}  // when set, RemoveOld waits for it to close
-	onCall    func()         // called (without mu) at the start of every call
+	mu         sync.Mutex
+	queues     map[string][]fakeMsg
+	events     map[string][]fakeEvent
+	swallow    map[string]bool
+	swallowed  int
+	down       bool           // every call fails with errUnavailable
+	failNext   int            // the next n calls fail with errUnavailable
+	failWith   error          // every send fails with this error
+	failCh     string         // event sends to this channel fail with failChErr
+	failChErr  error          // errChannelFailing when nil
+	writeFail  map[string]int // failed event sends by channel
+	ops        []string       // "remove ch", "send ch", "event ch", in call order
+	calls      int            // calls, failed ones included
+	emptyWaits int            // RemoveOld calls that met an empty channel
+	receiving  int            // RemoveOld calls in flight
+	maxRecv    int            // most RemoveOld calls seen in flight at once
+	block      chan struct{}  // when set, RemoveOld waits for it to close
+	onCall     func()         // called (without mu) at the start of every call
 }
 
 func newFakeBroker() *fakeBroker {
@@ -114,7 +119,7 @@ func (f *fakeBroker) SendEventStore(ctx context.Context, ch string, body []byte,
 	return nil
 }
 
-func (f *fakeBroker) SendQueue(ctx context.Context, ch string, body []byte, expiry time.Duration) error {
+func (f *fakeBroker) SendQueue(ctx context.Context, ch string, body []byte, expiry time.Duration, write string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -131,11 +136,11 @@ func (f *fakeBroker) SendQueue(ctx context.Context, ch string, body []byte, expi
 		f.swallowed++
 		return nil
 	}
-	f.queues[ch] = append(f.queues[ch], fakeMsg{body: bytes.Clone(body), expires: f.now().Add(expiry), ours: true})
+	f.queues[ch] = append(f.queues[ch], fakeMsg{body: bytes.Clone(body), expires: f.now().Add(expiry), ours: true, write: write})
 	return nil
 }
 
-func (f *fakeBroker) RemoveOld(ctx context.Context, ch string, wait time.Duration) (Old, error) {
+func (f *fakeBroker) RemoveOld(ctx context.Context, ch string, wait time.Duration, write string) (Old, error) {
 	if err := ctx.Err(); err != nil {
 		return OldNone, err
 	}
@@ -170,6 +175,7 @@ func (f *fakeBroker) RemoveOld(ctx context.Context, ch string, wait time.Duratio
 		}
 	}
 	if len(live) == 0 {
+		f.emptyWaits++
 		if len(q) > 0 {
 			f.swallow[ch] = true // trap 8
 		}
@@ -178,6 +184,8 @@ func (f *fakeBroker) RemoveOld(ctx context.Context, ch string, wait time.Duratio
 	}
 	f.queues[ch] = live
 	switch head := live[0]; {
+	case head.ours && head.write == write:
+		return OldOwn, nil
 	case !head.ours && bytes.HasPrefix(head.body, []byte("CANCELLED")):
 		return OldFinal, nil
 	case !head.ours && bytes.HasPrefix(head.body, []byte("FOREIGN")):

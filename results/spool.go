@@ -49,7 +49,7 @@ type item struct {
 	e       Entry // Body and Substitute are nil while only on disk
 	size    int64 // len(Body) + len(Substitute)
 	state   itemState
-	removed bool  // the compat channel's old record was already removed
+	removed bool  // the compat channel's old record needs no removal: send only
 	disk    int64 // bytes on disk; 0 when not on disk
 
 	listEl *list.Element // in spool.lists[state]

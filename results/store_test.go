@@ -91,8 +91,14 @@ func TestPutCompat(t *testing.T) {
 				if f.swallowed != 0 {
 					t.Errorf("%d records swallowed (trap 8)", f.swallowed)
 				}
-				if ops := f.ops; ops[len(ops)-1] != "send "+ch {
-					t.Errorf("last op %q, want the send after the removal", ops[len(ops)-1])
+				if ops := f.ops; ops[0] != "send "+ch {
+					t.Errorf("first op %q, want the send before any removal", ops[0])
+				}
+				// A removal that finds the channel empty waits out the
+				// broker's 1 s floor, and the task's batch with it: never,
+				// as the record is sent first.
+				if f.emptyWaits != 0 {
+					t.Errorf("%d removals met an empty channel", f.emptyWaits)
 				}
 			})
 		})
@@ -104,10 +110,10 @@ func TestPutCompat(t *testing.T) {
 func TestFakeModelsTrap8(t *testing.T) {
 	fb := newFakeBroker()
 	fb.put("c", "PENDING", time.Now().Add(-time.Second))
-	if old, _ := fb.RemoveOld(context.Background(), "c", time.Second); old != OldNone {
+	if old, _ := fb.RemoveOld(context.Background(), "c", time.Second, "w"); old != OldNone {
 		t.Fatalf("found an expired record: %v", old)
 	}
-	_ = fb.SendQueue(context.Background(), "c", []byte("SUCCESS"), time.Hour)
+	_ = fb.SendQueue(context.Background(), "c", []byte("SUCCESS"), time.Hour, "w")
 	if got := fb.queue("c"); len(got) != 0 {
 		t.Fatalf("channel = %q, want the record swallowed", got)
 	}
@@ -362,15 +368,20 @@ func TestMemoryOnlyIsExplicitAndWarned(t *testing.T) {
 func TestCompatWriteByOldRecord(t *testing.T) {
 	for _, tt := range []struct {
 		name, head   string // "" for an empty channel
-		failSends    int
+		fail         string // the first call whose op starts with it fails
 		want         []string
+		wantRemovals int
 		wantWithheld uint64
+		wantRetries  uint64
 	}{
-		{name: "empty", want: []string{"R"}},
-		{name: "the producer's PENDING", head: "PENDING", want: []string{"R"}},
-		{name: "the producer's CANCELLED", head: "CANCELLED", want: []string{"CANCELLED"}, wantWithheld: 1},
-		{name: "no record", head: "FOREIGN", want: []string{"FOREIGN", "R"}},
-		{name: "PENDING, the send retried", head: "PENDING", failSends: 1, want: []string{"R"}},
+		{name: "empty", want: []string{"R"}, wantRemovals: 1},
+		{name: "the producer's PENDING", head: "PENDING", want: []string{"R"}, wantRemovals: 2},
+		{name: "the producer's CANCELLED", head: "CANCELLED", want: []string{"CANCELLED", "R"}, wantRemovals: 1, wantWithheld: 1},
+		{name: "no record", head: "FOREIGN", want: []string{"FOREIGN", "R"}, wantRemovals: 1},
+		{name: "PENDING, the send retried", head: "PENDING", fail: "send ", want: []string{"R"}, wantRemovals: 2, wantRetries: 1},
+		// The first try's record is in the channel when its removal fails:
+		// the second try's removal takes it with the PENDING.
+		{name: "PENDING, the removal retried", head: "PENDING", fail: "remove ", want: []string{"R"}, wantRemovals: 3, wantRetries: 1},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			fb := newFakeBroker()
@@ -379,13 +390,19 @@ func TestCompatWriteByOldRecord(t *testing.T) {
 				fb.put(ch, tt.head, time.Now().Add(time.Hour))
 			}
 			s := newStore(t, testConfig(fb))
-			wantRetries := uint64(tt.failSends)
-			if tt.failSends > 0 {
+			if tt.fail != "" {
+				failed := false
 				fb.onCall = func() {
 					fb.mu.Lock()
 					defer fb.mu.Unlock()
-					if len(fb.ops) > 0 && strings.HasPrefix(fb.ops[len(fb.ops)-1], "remove ") && tt.failSends > 0 {
-						tt.failSends--
+					// onCall runs before the call notes its op: fail the
+					// call after the last op, when that is the one named.
+					next := "send "
+					if n := len(fb.ops); n > 0 {
+						next = "remove "
+					}
+					if !failed && next == tt.fail {
+						failed = true
 						fb.failNext = 1
 					}
 				}
@@ -396,12 +413,17 @@ func TestCompatWriteByOldRecord(t *testing.T) {
 			if got := fb.queue(ch); !slices.Equal(got, tt.want) {
 				t.Errorf("channel = %q, want %q", got, tt.want)
 			}
-			if n := len(fb.opsOf("remove ")); n != 1 {
-				t.Errorf("%d removals, want 1", n)
+			if n := len(fb.opsOf("remove ")); n != tt.wantRemovals {
+				t.Errorf("%d removals, want %d (ops %q)", n, tt.wantRemovals, fb.opsOf(""))
 			}
-			if st := s.Stats(); st.Withheld != tt.wantWithheld || st.Retries != wantRetries {
-				t.Errorf("withheld %d, retries %d; want %d, %d", st.Withheld, st.Retries, tt.wantWithheld, wantRetries)
+			if st := s.Stats(); st.Withheld != tt.wantWithheld || st.Retries != tt.wantRetries {
+				t.Errorf("withheld %d, retries %d; want %d, %d", st.Withheld, st.Retries, tt.wantWithheld, tt.wantRetries)
 			}
+			fb.get(func(f *fakeBroker) {
+				if f.emptyWaits != 0 {
+					t.Errorf("%d removals met an empty channel (the broker's 1 s floor)", f.emptyWaits)
+				}
+			})
 			if body, ok := s.Get("t1"); !ok || string(body) != "R" {
 				t.Errorf("lookup: %q %v, want the result", body, ok)
 			}

@@ -13,9 +13,10 @@ import (
 
 // ResultsBroker adapts an mq connection to results.Broker: events store
 // sends for reply_to, queue sends with expiration for the compat channel
-// (tagged as inferq's records, task.TagWriter), and the removal of the old
-// record there, which takes the channel's oldest message only when it is a
-// record ours supersedes (task.Stand) and never a producer's CANCELLED.
+// (tagged as inferq's records, task.TagWriter, and with the write's name,
+// task.TagWrite), and the removal of old records there, which takes the
+// channel's oldest message only when it is a record the write's supersedes
+// (task.Stand, and not the write's own) and never a producer's CANCELLED.
 func ResultsBroker(c *mq.Conn) results.Broker { return resultsBroker{c} }
 
 type resultsBroker struct{ c *mq.Conn }
@@ -24,16 +25,17 @@ func (b resultsBroker) SendEventStore(ctx context.Context, channel string, body 
 	return classify(b.c.SendEventStore(ctx, channel, body, tags))
 }
 
-func (b resultsBroker) SendQueue(ctx context.Context, channel string, body []byte, expiry time.Duration) error {
+func (b resultsBroker) SendQueue(ctx context.Context, channel string, body []byte, expiry time.Duration, write string) error {
 	err := b.c.Sender().Send(ctx, mq.OutMessage{Channel: channel, Body: body,
-		Tags:              map[string]string{task.TagWriter: task.WriterInferq},
+		Tags:              map[string]string{task.TagWriter: task.WriterInferq, task.TagWrite: write},
 		ExpirationSeconds: int((expiry + time.Second - 1) / time.Second)})
 	return classify(err)
 }
 
-func (b resultsBroker) RemoveOld(ctx context.Context, channel string, wait time.Duration) (results.Old, error) {
+func (b resultsBroker) RemoveOld(ctx context.Context, channel string, wait time.Duration, write string) (results.Old, error) {
+	own := func(m *mq.Message) bool { return m.Tags[task.TagWrite] == write }
 	head, took, err := b.c.TakeHead(ctx, channel, wait, func(m *mq.Message) bool {
-		return task.Stand(m.Tags, m.Body) == task.Superseded
+		return !own(m) && task.Stand(m.Tags, m.Body) == task.Superseded
 	})
 	switch {
 	case err != nil:
@@ -42,6 +44,8 @@ func (b resultsBroker) RemoveOld(ctx context.Context, channel string, wait time.
 		return results.OldNone, nil
 	case took:
 		return results.OldRemoved, nil
+	case own(head):
+		return results.OldOwn, nil
 	case task.Stand(head.Tags, head.Body) == task.Final:
 		return results.OldFinal, nil
 	}

@@ -28,8 +28,8 @@ func TestResultsBrokerRefusalsArePermanent(t *testing.T) {
 	for _, ch := range []string{"rayserve-result-a b", "reply.*", "reply.>", "reply.", "rayserve-result-a\nb"} {
 		for op, call := range map[string]func() error{
 			"events store": func() error { return rb.SendEventStore(ctx, ch, []byte(`{}`), nil) },
-			"queue":        func() error { return rb.SendQueue(ctx, ch, []byte(`{}`), time.Hour) },
-			"remove old":   func() error { _, err := rb.RemoveOld(ctx, ch, time.Second); return err },
+			"queue":        func() error { return rb.SendQueue(ctx, ch, []byte(`{}`), time.Hour, "w") },
+			"remove old":   func() error { _, err := rb.RemoveOld(ctx, ch, time.Second, "w"); return err },
 		} {
 			err := call()
 			var perm *backoff.PermanentError
