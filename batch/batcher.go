@@ -316,6 +316,7 @@ type Batcher struct {
 
 	running atomic.Int64 // items in runs
 	busy    atomic.Int64 // run time so far, summed over runs (ns)
+	rowsRun atomic.Int64 // rows of the runs that ended so far
 	waiters sync.Pool    // of *waiter, for Submit
 }
 
@@ -377,6 +378,12 @@ func (b *Batcher) InFlight() int { return int(b.running.Load()) }
 func (b *Batcher) Busy() (busy time.Duration, slots int) {
 	return time.Duration(b.busy.Load()), len(b.runners) * b.conc
 }
+
+// Rows returns the rows of the runs that ended so far. Its change over a
+// span is the rows the devices served: where a run has a fixed cost (an
+// accelerator's launch), fuller batches serve more rows in the same busy
+// time, which Busy does not show.
+func (b *Batcher) Rows() int64 { return b.rowsRun.Load() }
 
 // Flush tells the batcher that nothing more is on its way for the requests
 // it holds: a shape group holding a request enqueued before the call runs

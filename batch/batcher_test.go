@@ -945,6 +945,9 @@ func TestBatcherBusy(t *testing.T) {
 	}
 	c.wait(t, 12)
 	busy, _ := b.Busy()
+	if n := b.Rows(); n != 12 {
+		t.Errorf("Rows() after 3 runs of 4 rows = %d, want 12", n)
+	}
 	if want := 3 * lat.For(4); busy < want {
 		t.Errorf("Busy() after 3 runs of 4 rows = %v, want at least %v", busy, want)
 	}

@@ -608,6 +608,7 @@ func (b *Batcher) runBatch(i int, bt *batch) {
 		elapsed := time.Since(start)
 		b.running.Add(-n)
 		b.busy.Add(int64(elapsed))
+		b.rowsRun.Add(int64(rows))
 		if b.obs != nil {
 			b.obs.ObserveBatch(Stats{Runner: i, Items: len(reqs), Rows: rows, Run: elapsed})
 		}
