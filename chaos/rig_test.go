@@ -214,9 +214,12 @@ func (r *rig) note(format string, args ...any) {
 	r.notes = append(r.notes, fmt.Sprintf(format, args...))
 }
 
-// nextID returns a fresh task id of this scenario.
+// nextID returns a fresh task id of this scenario, unique to this run: a
+// real KubeMQ keeps the per-task result channels of earlier runs (24 h),
+// and an id seen before would find the last run's record there instead of
+// an empty channel (the flood's compat tasks hid a stall that way).
 func (r *rig) nextID(kind string) string {
-	return fmt.Sprintf("%s-%s-%d", kind, r.name, r.seq.Add(1))
+	return fmt.Sprintf("%s-%s-%s-%d", kind, r.name, r.h.run, r.seq.Add(1))
 }
 
 // validTask builds one mlp task ([1,16] FP32) for the reply channel, in

@@ -252,10 +252,10 @@ type Stats struct {
 	// DiskErrors counts failed disk spool writes and reads
 	// (inferq_result_spool_disk_errors_total).
 	DiskErrors uint64
-	// Withheld counts records not written to their compat channel because
-	// it already held another writer's final record, the producer's
-	// CANCELLED (inferq_result_store_withheld_total); each is kept for
-	// lookups.
+	// Withheld counts records that went to their compat channel behind
+	// another writer's final record, the producer's CANCELLED, where no
+	// reader sees them (inferq_result_store_withheld_total); each is kept
+	// for lookups.
 	Withheld uint64
 }
 

@@ -232,7 +232,7 @@ var storeMetrics = []struct {
 		func(s results.Stats) float64 { return float64(s.Undeliverable) }},
 	{"inferq_result_store_undeliverable_total", "Result records the broker refused for good.", true,
 		func(s results.Stats) float64 { return float64(s.Parked) }},
-	{"inferq_result_store_withheld_total", "Result records not written to their per-task channel because the producer's CANCELLED (another writer's final record) stands there.", true,
+	{"inferq_result_store_withheld_total", "Result records behind the producer's CANCELLED (another writer's final record) on their per-task channel, where no reader sees them; each is kept for lookups.", true,
 		func(s results.Stats) float64 { return float64(s.Withheld) }},
 	{"inferq_result_spool_disk_errors_total", "Failed reads and writes of the disk result spool.", true,
 		func(s results.Stats) float64 { return float64(s.DiskErrors) }},
