@@ -137,6 +137,6 @@ func (s *Store) removeOld(ctx context.Context, e Entry, ch, write string) error 
 		}
 		return nil
 	}
-	s.log.Warn("result channel still holds older records after the most one write removes; readers may see an older one", "entry", e, "channel", ch, "removed", maxRemovals)
+	s.log.Warn("result channel still holds older records after as many removals as one write makes; readers may see an older one", "entry", e, "channel", ch, "removed", maxRemovals)
 	return nil
 }
