@@ -70,16 +70,17 @@ type meterMark struct {
 	rows int64
 }
 
-func markOf(m busyMeter) meterMark {
-	busy, _ := m.Busy()
-	return meterMark{busy: busy, rows: m.Rows()}
+// markOf reads m's counters, and its run slots.
+func markOf(m busyMeter) (meterMark, int) {
+	busy, slots := m.Busy()
+	return meterMark{busy: busy, rows: m.Rows()}, slots
 }
 
 // restart starts a new window at now.
 func (pm *pipeMeter) restart(now time.Time, ms []busyMeter) {
 	pm.at, pm.last = now, make(map[busyMeter]meterMark, len(ms))
 	for _, m := range ms {
-		pm.last[m] = markOf(m)
+		pm.last[m], _ = markOf(m)
 	}
 }
 
@@ -105,8 +106,7 @@ func (pm *pipeMeter) sample(now time.Time, ms []busyMeter, window time.Duration)
 	seen := make(map[busyMeter]meterMark, len(ms))
 	var ps pipeSample
 	for _, m := range ms {
-		_, slots := m.Busy()
-		mk := markOf(m)
+		mk, slots := markOf(m)
 		seen[m] = mk
 		if prev, known := pm.last[m]; known && slots > 0 {
 			ps.share = max(ps.share, float64(mk.busy-prev.busy)/float64(span)/float64(slots))

@@ -77,10 +77,11 @@ func (c *Conn) Peek(ctx context.Context, channel string, max int, wait time.Dura
 
 // ReceiveOne takes (auto-acks) one message from channel, waiting up to
 // wait (whole seconds, at least 1) for one, and reports whether it found
-// one. It is the cheap way to remove an old per-task result record
-// (KUBEMQ.md: never the 1 s purge); on an empty channel it costs the whole
-// wait, so keep it off the task path. Do not use it on a channel whose
-// record may have expired (trap 8). Safe for concurrent use.
+// one. It takes whatever is oldest, unchecked: inferq's result store
+// removes old records with TakeHead instead, which never takes a record
+// another writer put there (KUBEMQ.md trap 24). On an empty channel it
+// costs the whole wait. Do not use it on a channel whose record may have
+// expired (trap 8). Safe for concurrent use.
 func (c *Conn) ReceiveOne(ctx context.Context, channel string, wait time.Duration) (bool, error) {
 	raw, err := c.receive(ctx, "receive", channel, 1, wait, false)
 	return len(raw) > 0, err

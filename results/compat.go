@@ -58,7 +58,9 @@ import (
 // Cost per task, for a present PENDING: a send, a peek and a receive of the
 // PENDING, and a peek that finds our record (KUBEMQ.md fact 44 has the
 // measured numbers of a peek and a receive); for an empty channel a send
-// and a peek. Removals run in parallel bounded by Config.RemoveConcurrency
+// and a peek. TestRemovalCostModel sets this beside the other ways: about
+// 1.6 ms a task whoever wrote a PENDING, where removing first paid 1 s for
+// each channel without one. Removals run in parallel bounded by Config.RemoveConcurrency
 // (default 64), hold no store-wide lock (only the task's own), and the
 // legacy peek runs outside the broker's shared stream poll pool (trap 11).
 //
