@@ -328,7 +328,8 @@ func (h *harness) queueMsgs(queue string) []*pb.QueueMessage {
 	}
 	out := make([]*pb.QueueMessage, len(msgs))
 	for i, m := range msgs {
-		out[i] = &pb.QueueMessage{MessageID: m.ID, Channel: m.Channel, Body: m.Body, Tags: m.Tags}
+		out[i] = &pb.QueueMessage{MessageID: m.ID, Channel: m.Channel, Body: m.Body, Tags: m.Tags,
+			Attributes: &pb.QueueMessageAttributes{Timestamp: m.Timestamp.UnixNano(), Sequence: m.Sequence}}
 	}
 	return out
 }
