@@ -317,7 +317,10 @@ type Batcher struct {
 	running atomic.Int64 // items in runs
 	busy    atomic.Int64 // run time so far, summed over runs (ns)
 	rowsRun atomic.Int64 // rows of the runs that ended so far
-	waiters sync.Pool    // of *waiter, for Submit
+	// fixedCost is the gatherer's estimate of a run's fixed cost (ns,
+	// cost.go), for FixedCost.
+	fixedCost atomic.Int64
+	waiters   sync.Pool // of *waiter, for Submit
 }
 
 type batcherState uint8
@@ -392,7 +395,11 @@ func (b *Batcher) Rows() int64 { return b.rowsRun.Load() }
 // busy the group still fills. The consumer calls it when it has enqueued
 // all that a queue poll delivered: the next tasks can come only with the
 // next poll, and waiting for them would only delay these. Requests
-// enqueued after the call wait as before. Flush does not block.
+// enqueued after the call wait as before. Flush does not block. It leaves
+// a fragment (a group of fewer than half the rows of recent runs) to wait
+// out MaxQueueDelay while the batcher's runs show a fixed cost above it (an
+// accelerator's): a fragment of a burst would hold the device for that cost
+// while the rest of the burst arrives (cost.go).
 func (b *Batcher) Flush() {
 	b.flushed.Store(b.seq.Load())
 	select {

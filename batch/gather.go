@@ -97,6 +97,9 @@ type batch struct {
 	items  []Item
 	gone   []*Request
 	runner int
+	// rows and took are the run's, set by the worker (rows 0: nothing ran).
+	rows int
+	took time.Duration
 }
 
 // gatherer is the state owned by Run's goroutine.
@@ -122,6 +125,9 @@ type gatherer struct {
 	timer    *time.Timer
 	timerSet bool
 	timerAt  time.Time
+
+	cost      runCost // the last runs, and their fixed cost (cost.go)
+	costAbove bool    // the fixed cost was found above the delay (logged once)
 }
 
 func newGatherer(b *Batcher) *gatherer {
@@ -209,6 +215,15 @@ func (g *gatherer) release(bt *batch) {
 	g.busy[bt.runner]--
 	g.idle++
 	g.batches = append(g.batches, bt)
+	if bt.rows > 0 {
+		g.cost.observe(bt.rows, bt.took)
+		g.b.fixedCost.Store(int64(g.cost.fixed))
+		if !g.costAbove && g.cost.fixed > g.delay {
+			g.costAbove = true
+			g.b.logger.Info("a run's fixed cost is above max_queue_delay: under load, a queue poll's fragment of a burst waits out max_queue_delay for the rest instead of running alone; on an accelerator a max_queue_delay of a few ms lets bursts fill batches",
+				"batcher", g.b.name, "fixed_cost", g.cost.fixed, "max_queue_delay", g.delay, "rows_per_run", g.cost.mean)
+		}
+	}
 }
 
 // add files r in its shape group.
@@ -305,7 +320,7 @@ func (g *gatherer) readyLimit(sg *shapeGroup, now time.Time, stopping bool) int 
 	// A priority request (a caller waiting: a query, an HTTP infer) does
 	// not wait out the delay: its group runs at the first free slot. Under
 	// load slots are busy, so its batch still fills meanwhile.
-	if stopping || sg.rows >= g.max || sg.sync > 0 || !now.Before(sg.oldest().Add(g.delay)) || sg.flushed(g.b.flushed.Load()) {
+	if stopping || sg.rows >= g.max || sg.sync > 0 || !now.Before(sg.oldest().Add(g.delay)) || sg.flushed(g.b.flushed.Load()) && !g.cost.fragment(sg.rows, g.delay) {
 		return g.max
 	}
 	if len(g.preferred) == 0 {
@@ -592,6 +607,7 @@ func (b *Batcher) runBatch(i int, bt *batch) {
 		bt.items = append(bt.items, r.Item)
 		rows += r.rows
 	}
+	bt.rows, bt.took = 0, 0
 	if len(reqs) > 0 {
 		n := int64(len(reqs))
 		start := time.Now()
@@ -609,6 +625,7 @@ func (b *Batcher) runBatch(i int, bt *batch) {
 		b.running.Add(-n)
 		b.busy.Add(int64(elapsed))
 		b.rowsRun.Add(int64(rows))
+		bt.rows, bt.took = rows, elapsed
 		if b.obs != nil {
 			b.obs.ObserveBatch(Stats{Runner: i, Items: len(reqs), Rows: rows, Run: elapsed})
 		}

@@ -280,6 +280,9 @@ func (b *bencher) deviceGroups(m models.Model) ([][]runtime.Device, error) {
 // rows), makes its random inputs of shape (nil: the defaults) and runs it
 // once to check the outputs and keep a canned result for the broker mode.
 func (b *bencher) loadModel(ctx context.Context, cfg models.Model, devs []runtime.Device, warm int, shape *taskShape) (*benchModel, error) {
+	if b.cfg.MaxQueueDelay > 0 {
+		cfg.Batching.MaxQueueDelay = models.Duration(b.cfg.MaxQueueDelay)
+	}
 	m := &benchModel{cfg: cfg, sim: b.cfg.SimLatency}
 	var err error
 	m.sessions, err = worker.OpenSessions(ctx, b.cfg.Env, cfg, devs,

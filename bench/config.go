@@ -52,7 +52,9 @@ type Config struct {
 	Inflight   int
 	SendBatch  int
 	BatchSizes string // max_batch_size values to sweep, "1,8,32"; "": each model's
-	Payload    string // json or binary
+	// MaxQueueDelay, when not 0, is every model's batching.max_queue_delay.
+	MaxQueueDelay time.Duration
+	Payload       string // json or binary
 	// Shapes are the --shape values, INPUT=D1,D2,...: the dims of one
 	// task's input INPUT of a busy model with dynamic dims (shape.go).
 	Shapes  []string
@@ -202,6 +204,8 @@ func (c *Config) checkLoad() error {
 		return fmt.Errorf("--duration %v: want a positive duration", c.Duration)
 	case c.Warmup < 0:
 		return fmt.Errorf("--warmup %v: negative", c.Warmup)
+	case c.MaxQueueDelay < 0 || c.MaxQueueDelay > time.Minute:
+		return fmt.Errorf("--max-queue-delay %v: want 0 (the model's) up to 1m", c.MaxQueueDelay)
 	case c.Producers < 1 || c.Inflight < 1 || c.SendBatch < 1:
 		return errors.New("--producers, --inflight and --send-batch must be at least 1")
 	case c.Repeat < 1:

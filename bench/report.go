@@ -230,6 +230,9 @@ func (r *benchReport) writeHeader(w io.Writer) {
 		fmt.Fprintf(w, "simulated accelerator (--sim-latency %s): each run takes at least %v + %v x rows (%v for 64 rows), one run at a time per instance and server; the model still runs on the CPU\n",
 			l, l.Base, l.PerRow, l.For(64))
 	}
+	if d := b.cfg.MaxQueueDelay; d > 0 {
+		fmt.Fprintf(w, "batching.max_queue_delay %v for every model (--max-queue-delay)\n", d)
+	}
 }
 
 // oipCapWhy says where the servers' max_concurrent_requests comes from.
@@ -471,7 +474,7 @@ func (r *benchReport) writeJSON(path string, rows []benchRow) error {
 		Params: map[string]any{"broker": b.addr, "embedded_broker": b.embedded, "modes": b.plan.modes, "models": b.cfg.Models,
 			"idle_models": b.cfg.Idle, "payload": b.cfg.Payload, "producers": b.cfg.Producers, "inflight": b.cfg.Inflight,
 			"send_batch": b.cfg.SendBatch, "duration_s": b.cfg.Duration.Seconds(), "tasks": b.cfg.Tasks, "warmup_s": b.cfg.Warmup.Seconds(),
-			"repeat": b.cfg.Repeat, "servers": b.cfg.Servers, "adapter_max_tasks": b.cfg.AdapterMax, "sim_latency": b.cfg.SimLatency.String(),
+			"repeat": b.cfg.Repeat, "servers": b.cfg.Servers, "adapter_max_tasks": b.cfg.AdapterMax, "sim_latency": b.cfg.SimLatency.String(), "max_queue_delay_s": b.cfg.MaxQueueDelay.Seconds(),
 			"shapes": b.cfg.Shapes, "inputs_per_task": r.shapes, "oip_max_concurrent_requests": oipLimit(b.cfg.Producers * b.cfg.Inflight)},
 		Samples: r.samples,
 	}

@@ -114,13 +114,9 @@ func (f latencyFlag) String() string {
 	return f.l.String()
 }
 
-func (f latencyFlag) Set(s string) error {
-	l, err := batch.ParseLatency(s)
-	if err != nil {
-		return err
-	}
-	*f.l = l
-	return nil
+func (f latencyFlag) Set(s string) (err error) {
+	*f.l, err = batch.ParseLatency(s)
+	return err
 }
 
 func (latencyFlag) Type() string { return "BASE,PER_ROW" }
@@ -137,6 +133,7 @@ func registerBenchFlags(fs *pflag.FlagSet, c *bench.Config) {
 	fs.IntVar(&c.Inflight, "inflight", 256, "tasks each producer keeps in flight (1: one at a time, light load)")
 	fs.IntVar(&c.SendBatch, "send-batch", 64, "tasks per send call")
 	fs.StringVar(&c.BatchSizes, "batch-sizes", "", "max_batch_size values to sweep, e.g. 1,8,32 (default: the model's)")
+	fs.DurationVar(&c.MaxQueueDelay, "max-queue-delay", 0, "every model's batching.max_queue_delay, e.g. 5ms for an accelerator (--sim-latency) whose runs cost a fixed time (0: the model's; 1ns: run at once)")
 	fs.StringVar(&c.Payload, "payload", "binary", "task payload: json or binary")
 	fs.StringArrayVar(&c.Shapes, "shape", nil, "the dims of one task's input INPUT, as `INPUT=D1,D2,...` (e.g. input=1,3,224,224), for models with dynamic dims; repeatable. Fixed dims must match the model, a dynamic dim 0 (the batch dim) must be 1, other dynamic dims at most 65536, an input at most 64 MiB (default: 1 in every dynamic dim)")
 	fs.StringArrayVar(&c.Devices, "device", nil, "device to run on (cpu, cuda:0, ...); repeat for one row per device (default: the config's placement)")

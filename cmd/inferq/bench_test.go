@@ -30,6 +30,8 @@ func TestBenchFlags(t *testing.T) {
 		{[]string{"--model", "bert"}, "only the example models"},
 		{[]string{"--shape", "x=1,0"}, "--shape x=1,0: dim 1 is 0; want a positive size"},
 		{[]string{"--shape", "1,16"}, `--shape "1,16": want INPUT=D1,D2,...`},
+		{[]string{"--max-queue-delay", "-1ms"}, "--max-queue-delay -1ms: want 0 (the model's) up to 1m"},
+		{[]string{"--sim-latency", "40ms"}, "want BASE,PER_ROW"},
 	} {
 		a, _, errb := testApp(nil)
 		code := a.main(context.Background(), append([]string{"bench"}, tt.args...))
