@@ -53,25 +53,43 @@ func (s *Server) deliver(ctx context.Context, q *queue, ch *channel, batch []*mq
 }
 
 // returnedTo tells which messages of a batch came back from another
-// consumer, and records the batch's sequences. A queue delivers in
-// sequence order, so a first delivery (ReceiveCount 1) with a sequence
-// below one this process already received was held by another consumer
-// that let it go: most often one that died running it, before the fleet
-// heard of the crash (its report comes when it restarts). Such a message
-// runs alone, so that a task that kills its workers does not take its
-// batch mates with it on every replica in turn; it costs nothing more and
-// counts no crash. With one poller per queue (today), batches come in
-// order and a normal message is never taken for a returned one. Sequences
-// are a channel's: each shard has its own.
+// consumer, and records where this stint on the channel started. A queue
+// delivers in sequence order and a channel has one consumer at a time (a
+// queue's, or a shard's owner), so a first delivery (ReceiveCount 1) with a
+// sequence below the first one this stint received was held by a consumer
+// before it: most often one that died running it, before the fleet heard
+// of the crash (its report comes when it restarts), or this replica's
+// previous process. Such a message runs alone, so that a task that kills
+// its workers does not take its batch mates with it on every replica in
+// turn; it counts no crash.
+//
+// A message below the highest sequence received but above the stint's
+// start is no such message: it was stranded by one of this consumer's own
+// polls (a batch's settlement frees room that the broker fills before the
+// poll's subscription closes, KUBEMQ.md facts 40 and 43) and comes back out
+// of order. Taking those for returned ones (as an earlier rule, "below the
+// highest received", did) made every stray a run of its own: on a real
+// KubeMQ with a simulated accelerator (40 ms a run) and 4 x 32 tasks in
+// flight, 163 runs of one task in 10 s, most of the device's time. Several
+// replicas on one channel without shards (not recommended: README) lose
+// this protection for a peer's tasks. Sequences are a channel's: each shard
+// has its own; a stint starts with each run of the channel's poller
+// (runChannel).
 func (ch *channel) returnedTo(batch []*mq.Message) []bool {
-	before := ch.seen.Load()
+	start := ch.start.Load()
 	out := make([]bool, len(batch))
-	top := before
-	for i, m := range batch {
-		out[i] = m.Sequence > 0 && m.Sequence < before && m.ReceiveCount <= 1
-		top = max(top, m.Sequence)
+	if start == 0 {
+		first := uint64(0)
+		for _, m := range batch {
+			if m.Sequence > 0 && (first == 0 || m.Sequence < first) {
+				first = m.Sequence
+			}
+		}
+		ch.start.CompareAndSwap(0, first)
+		return out
 	}
-	for cur := before; top > cur && !ch.seen.CompareAndSwap(cur, top); cur = ch.seen.Load() {
+	for i, m := range batch {
+		out[i] = m.Sequence > 0 && m.Sequence < start && m.ReceiveCount <= 1
 	}
 	return out
 }

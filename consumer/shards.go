@@ -22,9 +22,9 @@ type channel struct {
 	poller atomic.Pointer[pollerRef]
 	used   atomic.Bool  // poller has been run
 	runs   atomic.Int32 // pollers of the channel running now
-	// seen is the highest broker sequence delivered on the channel so far
-	// (returnedTo).
-	seen atomic.Uint64
+	// start is the lowest broker sequence of the first batch delivered
+	// since the channel's poller last started; 0 until then (returnedTo).
+	start atomic.Uint64
 }
 
 // pollerRef holds a channel's current poller.
@@ -49,6 +49,7 @@ func memberID(j *crash.Journal) string { return "inferq-" + j.ID() }
 // never sees an owned shard without its poller); runChannel uncounts it.
 func (s *Server) runChannel(ctx context.Context, q *queue, ch *channel) {
 	defer ch.runs.Add(-1)
+	ch.start.Store(0) // a new stint (returnedTo)
 	p := ch.current()
 	if ch.used.Swap(true) {
 		np, err := s.newPoller(q, ch)
