@@ -9,12 +9,14 @@ import (
 )
 
 // TestFlushOnFixedCost: while a run's fixed cost is above MaxQueueDelay
-// (a simulated accelerator: 60 ms a run) and the runs hold several rows, a
+// (a simulated accelerator: 150 ms a run) and the runs hold several rows, a
 // flushed group of one row is a fragment: it waits out the delay, and what
 // comes meanwhile joins it. On a cheap device, or at light load (runs of
 // one row), a flush runs the group at once (as in TestBatcherFlush).
 func TestFlushOnFixedCost(t *testing.T) {
-	const delay = 40 * time.Millisecond
+	// a1 comes 10 ms after a0, which waits out 120 ms: room for a slow
+	// scheduler under make test's parallel packages.
+	const delay = 120 * time.Millisecond
 	for _, tc := range []struct {
 		name     string
 		lat      batch.Latency
@@ -22,8 +24,8 @@ func TestFlushOnFixedCost(t *testing.T) {
 		delay    time.Duration
 		want     [][]string
 	}{
-		{"accelerator under load", batch.Latency{Base: 60 * time.Millisecond}, 8, delay, [][]string{{"a0", "a1"}}},
-		{"accelerator at light load", batch.Latency{Base: 60 * time.Millisecond}, 1, time.Hour, [][]string{{"a0"}, {"a1"}}},
+		{"accelerator under load", batch.Latency{Base: 150 * time.Millisecond}, 8, delay, [][]string{{"a0", "a1"}}},
+		{"accelerator at light load", batch.Latency{Base: 150 * time.Millisecond}, 1, time.Hour, [][]string{{"a0"}, {"a1"}}},
 		{"cheap device under load", batch.Latency{}, 8, time.Hour, [][]string{{"a0"}, {"a1"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -58,7 +60,7 @@ func TestFlushOnFixedCost(t *testing.T) {
 				// The flush runs a0 at once (its delay is an hour).
 				c.wait(t, warm+1)
 			} else {
-				time.Sleep(delay / 4)
+				time.Sleep(10 * time.Millisecond)
 			}
 			enqueue(t, b, c.req(fitem("a1", 1, 8), false))
 			b.Flush()
