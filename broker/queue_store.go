@@ -439,11 +439,15 @@ type queue struct {
 	inflight   int    // held by transactions, stranded ones included
 	open       []*txn // transactions with messages held, oldest first
 	room       int    // free room of partly settled open transactions
-	seq        uint64
-	sent       int64
-	delivered  int64
-	waiters    int
-	notify     chan struct{} // closed and cleared when messages arrive
+	// shadow counts the messages at the head of ready that the last
+	// transaction to close had stranded (see queue_strand.go): the next
+	// stream poll is forced to take them all.
+	shadow    int
+	seq       uint64
+	sent      int64
+	delivered int64
+	waiters   int
+	notify    chan struct{} // closed and cleared when messages arrive
 
 	// held is the heldBytes of the messages the queue holds (waiting,
 	// delayed, delivered and not settled); reserved those of sends
@@ -574,6 +578,7 @@ func (q *queue) popLocked(out []*pb.QueueMessage, n int, now int64, routed []*pb
 	for n > 0 && q.ready.len() > 0 {
 		m := q.ready.popFront()
 		q.readyBytes -= msgBytes(m)
+		q.shadow = max(q.shadow-1, 0)
 		if exp := m.Attributes.ExpirationAt; exp > 0 && exp <= now {
 			expired++
 			q.gone(m)
@@ -636,10 +641,18 @@ func (q *queue) maxReceive(m *pb.QueueMessage) int32 {
 // release); without, they are consumed. When ctx ends first, what was
 // taken goes back and take returns ctx's error.
 func (q *queue) take(ctx context.Context, max int, wait time.Duration, hold bool) ([]*pb.QueueMessage, int, error) {
+	msgs, _, expired, err := q.takeForced(ctx, max, wait, hold, false)
+	return msgs, expired, err
+}
+
+// takeForced is take; with forced (a stream poll that holds what it
+// takes), what the shadow holds beyond max comes back as strays, taken
+// from the queue with the messages: the caller's transaction holds them,
+// unseen (queue_strand.go, KUBEMQ.md fact 45).
+func (q *queue) takeForced(ctx context.Context, max int, wait time.Duration, hold, forced bool) (msgs, strays []*pb.QueueMessage, expired int, err error) {
 	var (
-		msgs, routed []*pb.QueueMessage
-		expired      int
-		timer        *time.Timer
+		routed []*pb.QueueMessage
+		timer  *time.Timer
 	)
 	defer func() {
 		if timer != nil {
@@ -656,6 +669,9 @@ func (q *queue) take(ctx context.Context, max int, wait time.Duration, hold bool
 		before := len(msgs)
 		msgs, n, routed = q.popLocked(msgs, max-len(msgs), now, routed[:0])
 		expired += n
+		if forced && len(msgs) > 0 && q.shadow > 0 {
+			strays = q.popRawLocked(q.shadow)
+		}
 		got := len(msgs) - before
 		q.delivered += int64(got)
 		if hold {
@@ -669,7 +685,8 @@ func (q *queue) take(ctx context.Context, max int, wait time.Duration, hold bool
 		q.mu.Unlock()
 		q.st.reroute(routed)
 		if ch == nil {
-			return q.taken(msgs, expired, hold)
+			msgs, expired, err = q.taken(msgs, expired, hold)
+			return msgs, strays, expired, err
 		}
 		if timer == nil {
 			timer = time.NewTimer(wait)
@@ -681,10 +698,14 @@ func (q *queue) take(ctx context.Context, max int, wait time.Duration, hold bool
 			} else {
 				q.unconsume(msgs)
 			}
-			return nil, expired, err
+			q.mu.Lock()
+			q.restoreStrandedLocked(strays)
+			q.mu.Unlock()
+			return nil, nil, expired, err
 		}
 		if done {
-			return q.taken(msgs, expired, hold)
+			msgs, expired, err = q.taken(msgs, expired, hold)
+			return msgs, strays, expired, err
 		}
 	}
 }
@@ -790,7 +811,7 @@ func (q *queue) purge(ctx context.Context, wait time.Duration) (uint64, error) {
 			q.gone(q.ready.at(i))
 		}
 		q.ready.clear()
-		q.readyBytes = 0
+		q.readyBytes, q.shadow = 0, 0
 		ch := q.waitChLocked()
 		q.mu.Unlock()
 		select {
@@ -872,6 +893,9 @@ func (q *queue) restoreLocked(msgs []*pb.QueueMessage) {
 		}
 		q.ready.pushFront(m)
 		q.readyBytes += msgBytes(m)
+	}
+	if len(msgs) > 0 {
+		q.shadow = 0 // no longer at the head: not modelled further
 	}
 	q.wakeLocked()
 }

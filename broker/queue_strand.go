@@ -17,7 +17,11 @@ import (
 // stranded, moves to another open transaction of the queue when there is
 // one, and waits there until that one completes (up to that transaction's
 // size; the rest goes back to the queue). With no other transaction open it
-// goes back to the head of the queue at once.
+// goes back to the head of the queue at once, as the group's shadow on
+// KubeMQ (fact 45): the next stream poll is forced to take all of it, and
+// what it did not ask for stays stranded in its transaction (q.shadow).
+// The final settlement's room is filled from the queue whether or not
+// another transaction is open.
 //
 // Stranded messages are not deliveries: their receive counts stay, and
 // QueuesInfo counts them in Waiting, like the delivered and unsettled
@@ -45,9 +49,9 @@ func (q *queue) settled(t *txn, k int, done bool) {
 		q.countRoomLocked()
 		return
 	}
-	moving := q.closeLocked(t)
-	if u := q.oldestOpenLocked(); u != nil {
-		moving = append(moving, q.popRawLocked(k)...)
+	moving := append(q.closeLocked(t), q.popRawLocked(k)...)
+	u := q.oldestOpenLocked()
+	if u != nil {
 		// A peek may have stranded more in u than its size
 		// (strandPeekedLocked): then nothing more moves there.
 		n := max(min(len(moving), len(u.held)-len(u.stranded)), 0)
@@ -55,6 +59,9 @@ func (q *queue) settled(t *txn, k int, done bool) {
 		moving = moving[n:]
 	}
 	q.restoreStrandedLocked(moving)
+	if u == nil {
+		q.shadow += len(moving)
+	}
 	q.countRoomLocked()
 	q.wakeLocked()
 }
@@ -146,6 +153,7 @@ func (q *queue) popRawLocked(n int) []*pb.QueueMessage {
 		q.readyBytes -= msgBytes(m)
 		out[i] = m
 	}
+	q.shadow = max(q.shadow-n, 0)
 	q.inflight += n
 	return out
 }

@@ -159,7 +159,7 @@ func (d *downstream) poll(ctx context.Context, req *pb.QueuesDownstreamRequest) 
 		n = maxPollItems
 	}
 	q := d.st.queue(req.Channel)
-	msgs, _, err := q.take(ctx, n, d.st.pollWait(req.WaitTimeout), !req.AutoAck)
+	msgs, strays, _, err := q.takeForced(ctx, n, d.st.pollWait(req.WaitTimeout), !req.AutoAck, !req.AutoAck)
 	if err != nil {
 		return // the stream is ending; take gave the messages back
 	}
@@ -172,7 +172,7 @@ func (d *downstream) poll(ctx context.Context, req *pb.QueuesDownstreamRequest) 
 		for i, m := range held {
 			seqs[i] = m.Attributes.Sequence
 		}
-		t := &txn{q: q, held: held, seqs: seqs, done: make([]bool, len(held)), open: len(held)}
+		t := &txn{q: q, held: held, seqs: seqs, done: make([]bool, len(held)), open: len(held), stranded: strays}
 		q.register(t)
 		d.mu.Lock()
 		d.txns[resp.TransactionId] = t

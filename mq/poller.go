@@ -218,7 +218,9 @@ type Poller struct {
 	// completedAt is when a batch last completed (unix ns; see
 	// SettleGrace and FollowWithin).
 	completedAt atomic.Int64
-	maxSeq      uint64 // highest sequence received; Run's goroutine only
+	// lastDone is the size of the batch that completed last (mu).
+	lastDone int
+	seen     seen // the sequences received; Run's goroutine only
 
 	up      atomic.Bool
 	stateMu sync.Mutex
@@ -472,6 +474,18 @@ func (l *loop) look() bool {
 	return l.watch()
 }
 
+// overlapShort notes a poll made beside an open batch that came back
+// short: what it was counted for sits in an open batch (strays the batch's
+// poll was forced to take, KUBEMQ.md fact 45). Like a completion beside an
+// open batch, it stops polls beside the open ones (see mayPoll).
+func (p *Poller) overlapShort() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.held > 0 {
+		p.overlapped, p.overlappedAt = true, time.Now()
+	}
+}
+
 // holding reports whether a batch of the Poller's is open on the broker,
 // and for how long one has been.
 func (p *Poller) holding() (time.Duration, bool) {
@@ -544,6 +558,9 @@ func (l *loop) watch() bool {
 	done := l.p.completedAt.Load()
 	short := done > l.watched // a batch completed since the last watch
 	l.watched = done
+	if short && l.strays() {
+		return true
+	}
 	if short && l.following {
 		if _, open := l.p.holding(); !open {
 			l.p.follows.Add(1)
@@ -570,6 +587,34 @@ func (l *loop) watch() bool {
 	l.succeeded()
 	l.known, l.counted = n, false
 	return n > 0
+}
+
+// strays counts the queue after a batch completed, with no other batch
+// open, when that batch's settlement may have left strays in its
+// subscription: unless the batch was a lone task's on a light queue (the
+// last count found nothing waiting beside our batches, and every sequence
+// below the highest received was delivered), which a peek or a follow
+// serves without the cost of a count (~3 ms). KubeMQ forces every stray on the next poll, and that poll
+// keeps only what it asked for (KUBEMQ.md fact 45): a peek or a follow
+// would ask for one and leave the others in its batch, for one more batch
+// each, so the next poll asks for what the count finds (see ready). A
+// count that finds none waiting means the gaps were no strays (another
+// consumer took them, or the broker rerouted or expired them): they are
+// forgotten. It reports whether the count found messages to poll.
+func (l *loop) strays() bool {
+	p := l.p
+	p.mu.Lock()
+	open, lone := p.held > 0, p.lastDone <= 1
+	p.mu.Unlock()
+	if open || lone && l.found <= 0 && p.seen.gaps() <= 0 {
+		return false
+	}
+	l.count()
+	if l.known > 0 {
+		return true
+	}
+	p.seen.forget()
+	return false
 }
 
 // useClient makes sure a stream client is in use, taking the warm one
@@ -674,6 +719,7 @@ func (l *loop) takeAside(a asideCount) {
 // updates what is known to be waiting and recycles the client when due.
 func (l *loop) pollOnce(ask int) {
 	p := l.p
+	_, open := p.holding()
 	msgs, err := p.poll(l.cur, ask)
 	if err != nil {
 		l.replaceLostClient(err)
@@ -693,7 +739,13 @@ func (l *loop) pollOnce(ask int) {
 	l.known -= len(msgs)
 	switch {
 	case len(msgs) < ask:
-		l.known = 0 // fewer than asked: the poll waited, the estimate was off
+		// Fewer than asked: the poll waited, the estimate was off. Gaps
+		// that were counted and did not come are no strays (see strays).
+		l.known = 0
+		p.seen.forget()
+		if open {
+			p.overlapShort()
+		}
 	case l.known > 0:
 	case l.counted:
 		l.count() // still busy? skip the peek
@@ -832,11 +884,16 @@ func (p *Poller) peek(ctx context.Context) (int, error) {
 // Waiting stayed 10 while a poll held 4 of 10), so the Poller subtracts
 // what its incomplete batches hold. Waiting drops only once the broker has
 // applied our settlements, which it does not confirm, so the estimate is
-// also capped by the messages stored after the last one received
-// (LastSequence minus the highest sequence received), which does not
-// depend on that timing. Both bounds can only undercount messages given
-// back by a stream loss, which the idle peek then finds: an undercount
-// costs a smaller poll, an overcount the whole WaitTimeout (trap 2).
+// also capped by the sequences stored and never received (seen), which
+// does not depend on that timing. With no batch of ours open those include
+// the strays below the highest sequence received: what the last batch's
+// settlement left in its subscription, which KubeMQ forces on the next
+// poll, all of them, whatever it asked for (KUBEMQ.md fact 45), so that
+// poll must ask for all of them. With a batch open they may still sit in
+// it, where no poll gets them: then only the sequences after the highest
+// received count. Both bounds can only undercount messages given back by a
+// stream loss, which the idle peek then finds: an undercount costs a
+// smaller poll, an overcount the whole WaitTimeout (trap 2).
 func (p *Poller) ready(q QueueInfo, ok bool, err error) int {
 	if err != nil || !ok {
 		return 0
@@ -845,8 +902,12 @@ func (p *Poller) ready(q QueueInfo, ok bool, err error) int {
 	held := p.held
 	p.mu.Unlock()
 	n := q.Waiting - int64(held)
-	if p.maxSeq > 0 && q.LastSequence > 0 {
-		n = min(n, q.LastSequence-int64(p.maxSeq))
+	if last := q.LastSequence; p.seen.max > 0 && last > 0 {
+		if held > 0 {
+			n = min(n, last-int64(p.seen.max))
+		} else {
+			n = min(n, p.seen.missing(uint64(last)))
+		}
 	}
 	return int(max(n, 0))
 }

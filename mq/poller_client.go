@@ -44,6 +44,7 @@ func (pc *pollClient) release(t *txn, last bool) {
 	if last {
 		delete(pc.txns, t)
 		p.held -= len(t.resp.Messages)
+		p.lastDone = len(t.resp.Messages)
 		// Completing while another batch is open may strand messages
 		// in it (see Poller); once none is open they are back.
 		now := time.Now()
@@ -153,7 +154,7 @@ func (p *Poller) poll(pc *pollClient, n int) ([]*Message, error) {
 	for _, qm := range resp.Messages {
 		m := fromPB(qm.QueueMessage)
 		m.tx = t
-		p.maxSeq = max(p.maxSeq, m.Sequence)
+		p.seen.add(m.Sequence)
 		msgs = append(msgs, m)
 	}
 	p.mu.Lock()
