@@ -220,6 +220,7 @@ var queueRows = []struct {
 	{"ExpiredNotDelivered", 1, rowQueueExpiredNotDelivered},
 	{"BadPollRequests", 1, rowQueueBadPollRequests},
 	{"PartSettledBatchStrands", 1, rowQueuePartSettledBatchStrands},
+	{"ClosedBatchStraysForcedOnNextPoll", 1, rowQueueClosedBatchStraysForcedOnNextPoll},
 }
 
 // TestQueueConformance runs the queue rows against each target, in
@@ -828,6 +829,59 @@ func rowQueuePartSettledBatchStrands(t *testing.T, e *queueEnv) {
 		t.Errorf("m2 ReceiveCount = %d after being stranded, want 1", rc)
 	}
 	if err := r.AckAll(); err != nil {
+		t.Fatalf("ack all: %v", err)
+	}
+}
+
+// rowQueueClosedBatchStraysForcedOnNextPoll: fact 45. A batch that
+// completes with no other batch open strays what its settlement made room
+// for (messages that arrived while it ran), and the next poll is handed all
+// of it but keeps only what it asked for: a poll of one takes the first,
+// and the second stays in that poll's batch, where a poll beside it does
+// not see it, until the batch completes. What mq.Poller's count after a
+// busy batch relies on.
+func rowQueueClosedBatchStraysForcedOnNextPoll(t *testing.T, e *queueEnv) {
+	c, ctx := e.stream(t)
+	ch := channel(t, "q")
+	sendQ(t, ctx, c, qmsg(ch, "a0"), qmsg(ch, "a1"))
+	a := pollQ(t, ctx, c, ch, 2, 2000)
+	if got := bodies(a.Messages); !slices.Equal(got, []string{"a0", "a1"}) {
+		t.Fatalf("first poll = %v, want a0 a1", got)
+	}
+	// b0 b1 b2 arrive while a runs; its settlement makes room for two.
+	sendQ(t, ctx, c, qmsg(ch, "b0"), qmsg(ch, "b1"), qmsg(ch, "b2"))
+	if err := a.AckAll(); err != nil {
+		t.Fatalf("ack all of a: %v", err)
+	}
+	r := pollQ(t, ctx, c, ch, 1, 3000)
+	if got := bodies(r.Messages); !slices.Equal(got, []string{"b0"}) {
+		t.Fatalf("poll of one after a completed = %v, want b0", got)
+	}
+	// b1 was handed to r's batch with b0: a poll beside it gets b2 alone,
+	// after its whole wait.
+	start := time.Now()
+	s := pollQ(t, ctx, c, ch, 2, 1000)
+	if got := bodies(s.Messages); !slices.Equal(got, []string{"b2"}) {
+		t.Fatalf("poll beside r = %v, want b2 (b1 held in r's batch)", got)
+	}
+	if took := time.Since(start); took < 900*time.Millisecond {
+		t.Errorf("the under-filled poll returned after %v, want its whole 1 s wait", took)
+	}
+	if err := s.AckAll(); err != nil {
+		t.Fatalf("ack all of s: %v", err)
+	}
+	if err := r.AckAll(); err != nil {
+		t.Fatalf("ack all of r: %v", err)
+	}
+	// r's completion gives b1 back, not counted as a receive.
+	last := pollQ(t, ctx, c, ch, 1, 3000)
+	if got := bodies(last.Messages); !slices.Equal(got, []string{"b1"}) {
+		t.Fatalf("poll after r completed = %v, want b1", got)
+	}
+	if rc := last.Messages[0].Attributes.ReceiveCount; rc != 1 {
+		t.Errorf("b1 ReceiveCount = %d after being held, want 1", rc)
+	}
+	if err := last.AckAll(); err != nil {
 		t.Fatalf("ack all: %v", err)
 	}
 }

@@ -187,10 +187,18 @@ type PollerStats struct {
 // not hold up the next ones, until one of them completes while another is
 // open (it may have stranded messages there): then the Poller polls again
 // only when none is open, or after PollWait (the most an over-asking poll
-// would cost; an open batch may be a long task's). Several replicas on one
-// channel overlap each other's batches and peeks (trap 12), which no
-// Poller sees: a sharded queue (package shard) gives each channel one
-// consumer (BENCHMARKS.md measures both, issue 12 item 2). A batch
+// would cost; an open batch may be a long task's). What a batch's
+// settlement strands goes, when no other batch is open, to the next poll,
+// all of it, whatever that poll asked for; the poll keeps what it asked for
+// and holds the rest unseen until it completes (KUBEMQ.md fact 45). So
+// after a batch that was not a lone task's on a light queue completes, the
+// Poller counts before polling and asks for every sequence stored and not
+// received (see ready and strays), and after a poll beside an open batch
+// comes back short it polls beside none until they complete (or for
+// PollWait). Several replicas on one channel overlap each other's batches
+// and peeks (trap 12), which no Poller sees: a sharded queue (package
+// shard) gives each channel one consumer (BENCHMARKS.md measures both,
+// issue 12 item 2). A batch
 // with a message given back (GiveBack) stays open on the broker until its
 // client closes, so the Poller changes clients, and waits for the close,
 // before its next poll.
@@ -220,7 +228,10 @@ type Poller struct {
 	completedAt atomic.Int64
 	// lastDone is the size of the batch that completed last (mu).
 	lastDone int
-	seen     seen // the sequences received; Run's goroutine only
+	// holdingOpen counts the open batches that may hold strays they were
+	// handed and did not ask for (see poll; mu).
+	holdingOpen int
+	seen        seen // the sequences received; Run's goroutine only
 
 	up      atomic.Bool
 	stateMu sync.Mutex
@@ -428,7 +439,8 @@ func (l *loop) step() {
 
 // mayPoll reports whether the Poller may poll (or watch) now, with known
 // messages waiting: under MaxInFlight, and either with no batch open, or
-// for a poll that takes all that is known to be waiting while no batch has
+// for a poll that takes all that is known to be waiting while no open
+// batch may hold strays it was handed (see poll) and no batch has
 // completed beside another in the last PollWait (see Poller). The wait
 // after such a completion is bounded: an open batch may be one whose
 // stream was lost (the broker has its messages back already) or a long
@@ -445,6 +457,8 @@ func (p *Poller) mayPoll(known int) (ok bool, retry time.Duration) {
 		return true, 0
 	case known > p.cfg.MaxItems:
 		return false, 0 // a busy queue: one batch at a time
+	case p.holdingOpen > 0:
+		return false, 0 // what is counted may sit in that batch (see poll)
 	case !p.overlapped:
 		return true, 0
 	}
@@ -720,7 +734,10 @@ func (l *loop) takeAside(a asideCount) {
 func (l *loop) pollOnce(ask int) {
 	p := l.p
 	_, open := p.holding()
-	msgs, err := p.poll(l.cur, ask)
+	// With none of its batches open, a poll is handed what the last one
+	// stranded, all of it (fact 45): asking for less than was counted
+	// (capped by MaxItems or room), it may hold some of it.
+	msgs, err := p.poll(l.cur, ask, !open && l.counted && ask < l.known)
 	if err != nil {
 		l.replaceLostClient(err)
 		l.fail(err)

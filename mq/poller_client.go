@@ -45,6 +45,9 @@ func (pc *pollClient) release(t *txn, last bool) {
 		delete(pc.txns, t)
 		p.held -= len(t.resp.Messages)
 		p.lastDone = len(t.resp.Messages)
+		if t.holding {
+			p.holdingOpen--
+		}
 		// Completing while another batch is open may strand messages
 		// in it (see Poller); once none is open they are back.
 		now := time.Now()
@@ -129,10 +132,12 @@ func (p *Poller) prepare(ctx context.Context, out chan<- *streamClient) {
 }
 
 // poll makes one stream poll of n messages with the client's lifetime
-// context (trap 4) and AutoAck off.
-func (p *Poller) poll(pc *pollClient, n int) ([]*Message, error) {
+// context (trap 4) and AutoAck off. holding: the poll may be handed strays
+// it did not ask for and hold them (KUBEMQ.md fact 45); no poll is made
+// beside it until it completes (see mayPoll).
+func (p *Poller) poll(pc *pollClient, n int, holding bool) ([]*Message, error) {
 	p.polls.Add(1)
-	t := &txn{pc: pc}
+	t := &txn{pc: pc, holding: holding}
 	resp, err := pc.sc.c.Poll(pc.sc.ctx, &qs.PollRequest{
 		Channel:     p.cfg.Channel,
 		MaxItems:    n,
@@ -165,6 +170,9 @@ func (p *Poller) poll(pc *pollClient, n int) ([]*Message, error) {
 		p.heldSince = time.Now()
 	}
 	p.held += len(msgs)
+	if holding {
+		p.holdingOpen++
+	}
 	p.mu.Unlock()
 	p.msgs.Add(int64(len(msgs)))
 	return msgs, nil
