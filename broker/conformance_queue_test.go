@@ -221,6 +221,7 @@ var queueRows = []struct {
 	{"BadPollRequests", 1, rowQueueBadPollRequests},
 	{"PartSettledBatchStrands", 1, rowQueuePartSettledBatchStrands},
 	{"ClosedBatchStraysForcedOnNextPoll", 1, rowQueueClosedBatchStraysForcedOnNextPoll},
+	{"ShortPollKeepsItsRoom", 1, rowQueueShortPollKeepsItsRoom},
 }
 
 // TestQueueConformance runs the queue rows against each target, in
@@ -882,6 +883,39 @@ func rowQueueClosedBatchStraysForcedOnNextPoll(t *testing.T, e *queueEnv) {
 		t.Errorf("b1 ReceiveCount = %d after being held, want 1", rc)
 	}
 	if err := last.AckAll(); err != nil {
+		t.Fatalf("ack all: %v", err)
+	}
+}
+
+// rowQueueShortPollKeepsItsRoom: trap 13 from the start. A poll that came
+// back with less than it asked for (after its whole wait, trap 2) keeps the
+// rest of its room while its batch is open: a message that arrives then is
+// pushed there, where a poll beside it does not see it, and comes back
+// when the batch completes. What mq.Poller's holding batches rely on.
+func rowQueueShortPollKeepsItsRoom(t *testing.T, e *queueEnv) {
+	c, ctx := e.stream(t)
+	ch := channel(t, "q")
+	sendQ(t, ctx, c, qmsg(ch, "a0"))
+	a := pollQ(t, ctx, c, ch, 2, 1000)
+	if got := bodies(a.Messages); !slices.Equal(got, []string{"a0"}) {
+		t.Fatalf("short poll = %v, want a0", got)
+	}
+	sendQ(t, ctx, c, qmsg(ch, "b0"))
+	b := pollQ(t, ctx, c, ch, 1, 1000)
+	if got := bodies(b.Messages); len(got) != 0 {
+		t.Fatalf("poll beside the short batch = %v, want nothing (b0 in its room)", got)
+	}
+	if err := a.AckAll(); err != nil {
+		t.Fatalf("ack all of a: %v", err)
+	}
+	r := pollQ(t, ctx, c, ch, 1, 3000)
+	if got := bodies(r.Messages); !slices.Equal(got, []string{"b0"}) {
+		t.Fatalf("poll after the short batch completed = %v, want b0", got)
+	}
+	if rc := r.Messages[0].Attributes.ReceiveCount; rc != 1 {
+		t.Errorf("b0 ReceiveCount = %d after being held, want 1", rc)
+	}
+	if err := r.AckAll(); err != nil {
 		t.Fatalf("ack all: %v", err)
 	}
 }

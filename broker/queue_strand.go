@@ -8,9 +8,9 @@ import (
 
 // Stranding (KUBEMQ.md trap 13), reproduced because clients must be built
 // around it. On KubeMQ a poll's transaction is a NATS Streaming queue
-// subscription whose room is the batch it delivered, and it stays open until
-// every message of the batch is settled. Settling part of the batch makes
-// room in it, and the broker pushes the next messages of the queue there,
+// subscription whose room is the batch it asked for, and it stays open until
+// every message of the batch is settled. A poll that came back short keeps
+// the rest of that room; settling part of the batch makes more, and the broker pushes the next messages of the queue there,
 // where no poll or peek sees them, until the batch completes or its client
 // closes. The final settlement frees room just before the subscription
 // closes too: what is pushed in that window, and what the batch had
@@ -26,12 +26,13 @@ import (
 // Stranded messages are not deliveries: their receive counts stay, and
 // QueuesInfo counts them in Waiting, like the delivered and unsettled
 // messages they are on KubeMQ. q.mu guards every field used here, and the
-// transactions' settled and stranded.
+// transactions' free and stranded.
 
 // register adds t, which holds messages, to the queue's open transactions.
 func (q *queue) register(t *txn) {
 	q.mu.Lock()
 	q.open = append(q.open, t)
+	q.countRoomLocked()
 	q.mu.Unlock()
 }
 
@@ -44,7 +45,7 @@ func (q *queue) settled(t *txn, k int, done bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if !done {
-		t.settled += k
+		t.free += k
 		q.fillLocked(t, k)
 		q.countRoomLocked()
 		return
@@ -112,21 +113,22 @@ func (q *queue) oldestOpenLocked() *txn {
 	return q.open[0]
 }
 
-// fillRoomLocked pushes ready messages into the room of partly settled
-// transactions, oldest first: called when messages arrive.
+// fillRoomLocked pushes ready messages into the room of open transactions
+// (partly settled ones, and polls that came back short: a poll's room is
+// what it asked for), oldest first: called when messages arrive.
 func (q *queue) fillRoomLocked() {
 	if q.room == 0 || q.ready.len() == 0 {
 		return
 	}
 	for _, t := range q.open {
-		q.fillLocked(t, t.settled)
+		q.fillLocked(t, t.free)
 	}
 	q.countRoomLocked()
 }
 
 // fillLocked strands up to n ready messages in t, within its room.
 func (q *queue) fillLocked(t *txn, n int) {
-	n = min(n, t.settled-len(t.stranded))
+	n = min(n, t.free-len(t.stranded))
 	if n > 0 {
 		t.stranded = append(t.stranded, q.popRawLocked(n)...)
 	}
@@ -136,7 +138,7 @@ func (q *queue) fillLocked(t *txn, n int) {
 func (q *queue) countRoomLocked() {
 	q.room = 0
 	for _, t := range q.open {
-		q.room += max(t.settled-len(t.stranded), 0)
+		q.room += max(t.free-len(t.stranded), 0)
 	}
 }
 

@@ -69,7 +69,7 @@ type txn struct {
 	open int
 
 	// q.mu guards these (see queue_strand.go).
-	settled  int                // messages of held settled so far
+	free     int                // room: what the poll did not fill, plus messages settled since
 	stranded []*pb.QueueMessage // pushed into its room, seen by no poll
 }
 
@@ -172,7 +172,9 @@ func (d *downstream) poll(ctx context.Context, req *pb.QueuesDownstreamRequest) 
 		for i, m := range held {
 			seqs[i] = m.Attributes.Sequence
 		}
-		t := &txn{q: q, held: held, seqs: seqs, done: make([]bool, len(held)), open: len(held), stranded: strays}
+		// A poll that came back short keeps the rest of its room (trap
+		// 13): what arrives while its batch is open is stranded there.
+		t := &txn{q: q, held: held, seqs: seqs, done: make([]bool, len(held)), open: len(held), stranded: strays, free: max(n-len(held), 0)}
 		q.register(t)
 		d.mu.Lock()
 		d.txns[resp.TransactionId] = t

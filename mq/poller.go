@@ -193,8 +193,11 @@ type PollerStats struct {
 // and holds the rest unseen until it completes (KUBEMQ.md fact 45). So
 // after a batch that was not a lone task's on a light queue completes, the
 // Poller counts before polling and asks for every sequence stored and not
-// received (see ready and strays), and after a poll beside an open batch
-// comes back short it polls beside none until they complete (or for
+// received (see ready and strays). It polls beside no batch that may hold
+// messages no poll sees: one that asked for less than was counted (it may
+// have been handed more), or one that came back short (the rest of its
+// room stays open while it runs, trap 13); and after a poll beside an open
+// batch comes back short, beside none until they complete (or for
 // PollWait). Several replicas on one channel overlap each other's batches
 // and peeks (trap 12), which no Poller sees: a sharded queue (package
 // shard) gives each channel one consumer (BENCHMARKS.md measures both,

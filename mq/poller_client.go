@@ -133,8 +133,9 @@ func (p *Poller) prepare(ctx context.Context, out chan<- *streamClient) {
 
 // poll makes one stream poll of n messages with the client's lifetime
 // context (trap 4) and AutoAck off. holding: the poll may be handed strays
-// it did not ask for and hold them (KUBEMQ.md fact 45); no poll is made
-// beside it until it completes (see mayPoll).
+// it did not ask for and hold them (KUBEMQ.md fact 45); a poll that comes
+// back short holds too. No poll is made beside a holding batch until it
+// completes (see mayPoll).
 func (p *Poller) poll(pc *pollClient, n int, holding bool) ([]*Message, error) {
 	p.polls.Add(1)
 	t := &txn{pc: pc, holding: holding}
@@ -151,6 +152,10 @@ func (p *Poller) poll(pc *pollClient, n int, holding bool) ([]*Message, error) {
 	if len(resp.Messages) == 0 {
 		return nil, nil
 	}
+	// A poll that came back with less than it asked for keeps the rest of
+	// its room on the broker while its batch runs: what arrives meanwhile
+	// is pushed there, where no poll sees it (KUBEMQ.md trap 13).
+	t.holding = holding || len(resp.Messages) < n
 	t.resp = resp
 	t.mu.Lock()
 	t.size, t.open = len(resp.Messages), len(resp.Messages)
@@ -170,7 +175,7 @@ func (p *Poller) poll(pc *pollClient, n int, holding bool) ([]*Message, error) {
 		p.heldSince = time.Now()
 	}
 	p.held += len(msgs)
-	if holding {
+	if t.holding {
 		p.holdingOpen++
 	}
 	p.mu.Unlock()
