@@ -170,8 +170,8 @@ type txn struct {
 	nacks    []int64
 	requeues map[string][]int64
 	sentAt   time.Time // when the last settlement went out; zero before
-	// holding: the poll may hold strays it was handed and did not ask
-	// for (Poller.poll's holding); set before the messages are handed out.
+	// holding: the poll may hold messages no poll sees (Poller.poll);
+	// set before the messages are handed out.
 	holding bool
 }
 

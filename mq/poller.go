@@ -231,8 +231,9 @@ type Poller struct {
 	completedAt atomic.Int64
 	// lastDone is the size of the batch that completed last (mu).
 	lastDone int
-	// holdingOpen counts the open batches that may hold strays they were
-	// handed and did not ask for (see poll; mu).
+	// holdingOpen counts the open batches that may hold messages no poll
+	// sees: strays they were handed and did not ask for, or what their
+	// unfilled room took (see poll; mu).
 	holdingOpen int
 	seen        seen // the sequences received; Run's goroutine only
 
@@ -443,7 +444,7 @@ func (l *loop) step() {
 // mayPoll reports whether the Poller may poll (or watch) now, with known
 // messages waiting: under MaxInFlight, and either with no batch open, or
 // for a poll that takes all that is known to be waiting while no open
-// batch may hold strays it was handed (see poll) and no batch has
+// batch may hold messages no poll sees (see poll) and no batch has
 // completed beside another in the last PollWait (see Poller). The wait
 // after such a completion is bounded: an open batch may be one whose
 // stream was lost (the broker has its messages back already) or a long
@@ -611,10 +612,11 @@ func (l *loop) watch() bool {
 // subscription: unless the batch was a lone task's on a light queue (the
 // last count found nothing waiting beside our batches, and every sequence
 // below the highest received was delivered), which a peek or a follow
-// serves without the cost of a count (~3 ms). KubeMQ forces every stray on the next poll, and that poll
-// keeps only what it asked for (KUBEMQ.md fact 45): a peek or a follow
-// would ask for one and leave the others in its batch, for one more batch
-// each, so the next poll asks for what the count finds (see ready). A
+// serves without the cost of a count (~3 ms). KubeMQ forces every stray on
+// the next poll, and that poll keeps only what it asked for (KUBEMQ.md
+// fact 45): a peek or a follow would ask for one and leave the others in
+// its batch, for one more batch each, so the next poll asks for what the
+// count finds (see ready). A
 // count that finds none waiting means the gaps were no strays (another
 // consumer took them, or the broker rerouted or expired them): they are
 // forgotten. It reports whether the count found messages to poll.

@@ -138,7 +138,7 @@ func (p *Poller) prepare(ctx context.Context, out chan<- *streamClient) {
 // completes (see mayPoll).
 func (p *Poller) poll(pc *pollClient, n int, holding bool) ([]*Message, error) {
 	p.polls.Add(1)
-	t := &txn{pc: pc, holding: holding}
+	t := &txn{pc: pc}
 	resp, err := pc.sc.c.Poll(pc.sc.ctx, &qs.PollRequest{
 		Channel:     p.cfg.Channel,
 		MaxItems:    n,
