@@ -102,6 +102,48 @@ func bodies(msgs []*qs.QueueMessage) []string {
 	return out
 }
 
+// pollWant polls ch for max messages, waiting waitMs, and fails unless the
+// bodies of what came back are want, in order; what names the poll.
+func pollWant(t *testing.T, ctx context.Context, c *qs.QueuesStreamClient, ch string, max, waitMs int, what string, want ...string) *qs.PollResponse {
+	t.Helper()
+	r := pollQ(t, ctx, c, ch, max, waitMs)
+	if got := bodies(r.Messages); !slices.Equal(got, want) {
+		t.Fatalf("%s = %v, want %v", what, got, want)
+	}
+	return r
+}
+
+// pollShort is pollWant for a poll that asks for more than is there: it
+// must also take its whole 1 s wait (trap 2).
+func pollShort(t *testing.T, ctx context.Context, c *qs.QueuesStreamClient, ch string, max int, what string, want ...string) *qs.PollResponse {
+	t.Helper()
+	start := time.Now()
+	r := pollWant(t, ctx, c, ch, max, 1000, what, want...)
+	if took := time.Since(start); took < 900*time.Millisecond {
+		t.Errorf("%s returned after %v, want its whole 1 s wait", what, took)
+	}
+	return r
+}
+
+// ackAllQ settles a whole batch.
+func ackAllQ(t *testing.T, r *qs.PollResponse, what string) {
+	t.Helper()
+	if err := r.AckAll(); err != nil {
+		t.Fatalf("ack all of %s: %v", what, err)
+	}
+}
+
+// strandedBack polls the one message a completed batch held unseen (body),
+// checks that it comes back with no receive counted, and acks it.
+func strandedBack(t *testing.T, ctx context.Context, c *qs.QueuesStreamClient, ch, body, what string) {
+	t.Helper()
+	r := pollWant(t, ctx, c, ch, 1, 3000, what, body)
+	if rc := r.Messages[0].Attributes.ReceiveCount; rc != 1 {
+		t.Errorf("%s ReceiveCount = %d after being held unseen, want 1", body, rc)
+	}
+	ackAllQ(t, r, body)
+}
+
 // peekQ peeks ch with the legacy client (it waits 1 s when it finds fewer
 // than max).
 func peekQ(t *testing.T, ctx context.Context, c *kubemq.QueuesClient, ch string, max int) *kubemq.ReceiveQueueMessagesResponse {
@@ -792,26 +834,14 @@ func rowQueuePartSettledBatchStrands(t *testing.T, e *queueEnv) {
 	lc, lctx := e.legacy(t)
 	ch := channel(t, "q")
 	sendQ(t, ctx, c, qmsg(ch, "m0"), qmsg(ch, "m1"), qmsg(ch, "m2"), qmsg(ch, "m3"), qmsg(ch, "m4"), qmsg(ch, "m5"))
-	a := pollQ(t, ctx, c, ch, 2, 2000)
-	if got := bodies(a.Messages); !slices.Equal(got, []string{"m0", "m1"}) {
-		t.Fatalf("first poll = %v, want m0 m1", got)
-	}
+	a := pollWant(t, ctx, c, ch, 2, 2000, "first poll", "m0", "m1")
 	if err := a.AckOffsets(int64(a.Messages[0].Attributes.Sequence)); err != nil {
 		t.Fatalf("ack m0: %v", err)
 	}
 	// m2 is stranded in the first batch's room: a poll for the 4 left
 	// gets 3, after its whole wait (trap 2), and a peek sees none of them.
-	start := time.Now()
-	b := pollQ(t, ctx, c, ch, 4, 1000)
-	if got := bodies(b.Messages); !slices.Equal(got, []string{"m3", "m4", "m5"}) {
-		t.Fatalf("poll after a partial ack = %v, want m3 m4 m5 (m2 stranded)", got)
-	}
-	if took := time.Since(start); took < 900*time.Millisecond {
-		t.Errorf("the under-filled poll returned after %v, want its whole 1 s wait", took)
-	}
-	if err := b.AckAll(); err != nil {
-		t.Fatalf("ack all of the second batch: %v", err)
-	}
+	b := pollShort(t, ctx, c, ch, 4, "poll after a partial ack (m2 stranded)", "m3", "m4", "m5")
+	ackAllQ(t, b, "the second batch")
 	if p := peekQ(t, lctx, lc, ch, 1); len(p.Messages) != 0 {
 		t.Fatalf("peek saw %v while the first batch is open, want nothing", p.Messages[0].Body)
 	}
@@ -822,16 +852,7 @@ func rowQueuePartSettledBatchStrands(t *testing.T, e *queueEnv) {
 	if err := a.AckOffsets(int64(a.Messages[1].Attributes.Sequence)); err != nil {
 		t.Fatalf("ack m1: %v", err)
 	}
-	r := pollQ(t, ctx, c, ch, 1, 3000)
-	if got := bodies(r.Messages); !slices.Equal(got, []string{"m2"}) {
-		t.Fatalf("poll after the batch completed = %v, want m2", got)
-	}
-	if rc := r.Messages[0].Attributes.ReceiveCount; rc != 1 {
-		t.Errorf("m2 ReceiveCount = %d after being stranded, want 1", rc)
-	}
-	if err := r.AckAll(); err != nil {
-		t.Fatalf("ack all: %v", err)
-	}
+	strandedBack(t, ctx, c, ch, "m2", "poll after the batch completed")
 }
 
 // rowQueueClosedBatchStraysForcedOnNextPoll: fact 45. A batch that
@@ -845,46 +866,17 @@ func rowQueueClosedBatchStraysForcedOnNextPoll(t *testing.T, e *queueEnv) {
 	c, ctx := e.stream(t)
 	ch := channel(t, "q")
 	sendQ(t, ctx, c, qmsg(ch, "a0"), qmsg(ch, "a1"))
-	a := pollQ(t, ctx, c, ch, 2, 2000)
-	if got := bodies(a.Messages); !slices.Equal(got, []string{"a0", "a1"}) {
-		t.Fatalf("first poll = %v, want a0 a1", got)
-	}
+	a := pollWant(t, ctx, c, ch, 2, 2000, "first poll", "a0", "a1")
 	// b0 b1 b2 arrive while a runs; its settlement makes room for two.
 	sendQ(t, ctx, c, qmsg(ch, "b0"), qmsg(ch, "b1"), qmsg(ch, "b2"))
-	if err := a.AckAll(); err != nil {
-		t.Fatalf("ack all of a: %v", err)
-	}
-	r := pollQ(t, ctx, c, ch, 1, 3000)
-	if got := bodies(r.Messages); !slices.Equal(got, []string{"b0"}) {
-		t.Fatalf("poll of one after a completed = %v, want b0", got)
-	}
+	ackAllQ(t, a, "a")
+	r := pollWant(t, ctx, c, ch, 1, 3000, "poll of one after a completed", "b0")
 	// b1 was handed to r's batch with b0: a poll beside it gets b2 alone,
 	// after its whole wait.
-	start := time.Now()
-	s := pollQ(t, ctx, c, ch, 2, 1000)
-	if got := bodies(s.Messages); !slices.Equal(got, []string{"b2"}) {
-		t.Fatalf("poll beside r = %v, want b2 (b1 held in r's batch)", got)
-	}
-	if took := time.Since(start); took < 900*time.Millisecond {
-		t.Errorf("the under-filled poll returned after %v, want its whole 1 s wait", took)
-	}
-	if err := s.AckAll(); err != nil {
-		t.Fatalf("ack all of s: %v", err)
-	}
-	if err := r.AckAll(); err != nil {
-		t.Fatalf("ack all of r: %v", err)
-	}
+	ackAllQ(t, pollShort(t, ctx, c, ch, 2, "poll beside r (b1 held in r's batch)", "b2"), "s")
+	ackAllQ(t, r, "r")
 	// r's completion gives b1 back, not counted as a receive.
-	last := pollQ(t, ctx, c, ch, 1, 3000)
-	if got := bodies(last.Messages); !slices.Equal(got, []string{"b1"}) {
-		t.Fatalf("poll after r completed = %v, want b1", got)
-	}
-	if rc := last.Messages[0].Attributes.ReceiveCount; rc != 1 {
-		t.Errorf("b1 ReceiveCount = %d after being held, want 1", rc)
-	}
-	if err := last.AckAll(); err != nil {
-		t.Fatalf("ack all: %v", err)
-	}
+	strandedBack(t, ctx, c, ch, "b1", "poll after r completed")
 }
 
 // rowQueueShortPollKeepsItsRoom: trap 13 from the start. A poll that came
@@ -896,26 +888,9 @@ func rowQueueShortPollKeepsItsRoom(t *testing.T, e *queueEnv) {
 	c, ctx := e.stream(t)
 	ch := channel(t, "q")
 	sendQ(t, ctx, c, qmsg(ch, "a0"))
-	a := pollQ(t, ctx, c, ch, 2, 1000)
-	if got := bodies(a.Messages); !slices.Equal(got, []string{"a0"}) {
-		t.Fatalf("short poll = %v, want a0", got)
-	}
+	a := pollShort(t, ctx, c, ch, 2, "short poll", "a0")
 	sendQ(t, ctx, c, qmsg(ch, "b0"))
-	b := pollQ(t, ctx, c, ch, 1, 1000)
-	if got := bodies(b.Messages); len(got) != 0 {
-		t.Fatalf("poll beside the short batch = %v, want nothing (b0 in its room)", got)
-	}
-	if err := a.AckAll(); err != nil {
-		t.Fatalf("ack all of a: %v", err)
-	}
-	r := pollQ(t, ctx, c, ch, 1, 3000)
-	if got := bodies(r.Messages); !slices.Equal(got, []string{"b0"}) {
-		t.Fatalf("poll after the short batch completed = %v, want b0", got)
-	}
-	if rc := r.Messages[0].Attributes.ReceiveCount; rc != 1 {
-		t.Errorf("b0 ReceiveCount = %d after being held, want 1", rc)
-	}
-	if err := r.AckAll(); err != nil {
-		t.Fatalf("ack all: %v", err)
-	}
+	pollShort(t, ctx, c, ch, 1, "poll beside the short batch (b0 in its room)")
+	ackAllQ(t, a, "a")
+	strandedBack(t, ctx, c, ch, "b0", "poll after the short batch completed")
 }
