@@ -429,6 +429,10 @@ func (l *loop) step() {
 		if ok, _ := l.p.mayPoll(l.known); !ok {
 			return // a batch completed during the watch: the next step waits
 		}
+	} else if l.stale() {
+		if l.count(); l.known <= 0 {
+			return
+		}
 	}
 	l.retireLeftOpen()
 	if !l.useClient() {
@@ -634,6 +638,26 @@ func (l *loop) strays() bool {
 	}
 	p.seen.forget()
 	return false
+}
+
+// stale reports whether what is known to be waiting is what was left of a
+// count made before the last batch completed, fewer than that batch held,
+// with none of the Poller's batches open: that batch's settlement may have
+// left as many strays as it held, and the next poll is handed all of them
+// and keeps what it asked for (KUBEMQ.md fact 45). Asking for the
+// remainder of the older count would hold the rest unseen for one more
+// batch, and make a small one: on a busy queue, about once per count, a
+// poll of a few (a run of a few rows at the cost of a full run on an
+// accelerator) and one of the rest. So the Poller counts again first.
+func (l *loop) stale() bool {
+	if !l.counted || l.known <= 0 {
+		return false
+	}
+	p := l.p
+	p.mu.Lock()
+	open, last := p.held > 0, p.lastDone
+	p.mu.Unlock()
+	return !open && l.known < last && p.completedAt.Load() > l.countedAt.UnixNano()
 }
 
 // useClient makes sure a stream client is in use, taking the warm one
