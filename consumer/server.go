@@ -141,14 +141,9 @@ type Config struct {
 	// Writers store results and settle messages in parallel; a store can
 	// block on broker retries, so there are many (default 128).
 	Writers int
-	// PollMaxItems caps one stream poll (default 256). A busy channel is
-	// polled one batch at a time (mq.Poller), so each poll is one serial
-	// cycle of runs and of the broker's part (store, ack, the next poll),
-	// for which the devices idle: a larger poll spreads that part over
-	// more runs (with a simulated accelerator, BENCHMARKS.md 2026-12-06
-	// fourth session: 0.94 x direct at 128 on a real KubeMQ, 0.95-0.96 at
-	// 256). MaxInFlight caps messages taken and not settled per queue
-	// (default 4 x max batch x instances, at least 256).
+	// PollMaxItems caps one stream poll (default 128); MaxInFlight caps
+	// messages taken and not settled per queue (default 4 x max batch x
+	// instances, at least 256).
 	PollMaxItems int
 	MaxInFlight  int
 	// PollFollowWithin: a queue whose lone tasks come within this of the
@@ -215,7 +210,7 @@ func (c *Config) setDefaults() {
 		c.Writers = 128
 	}
 	if c.PollMaxItems <= 0 {
-		c.PollMaxItems = 256
+		c.PollMaxItems = 128
 	}
 	if c.ProgressBuffer <= 0 {
 		c.ProgressBuffer = 4096
