@@ -26,7 +26,7 @@ func TestPollerBusyQueuePollsWhole(t *testing.T) {
 			c := dial(t, tg)
 			ch := chanName(t)
 			const maxItems, bursts, burst = 16, 2880, 9
-			total := 3*maxItems + bursts
+			total := 8*maxItems + bursts
 			got := make(chan []*Message, total)
 			p, err := c.NewPoller(PollerConfig{Channel: ch, MaxItems: maxItems, Deliver: func(_ context.Context, b []*Message) error {
 				got <- b
@@ -63,7 +63,7 @@ func TestPollerBusyQueuePollsWhole(t *testing.T) {
 					time.Sleep(8 * time.Millisecond)
 				}
 			}()
-			sendN(t, c.Sender(), ch, 3*maxItems) // deep from the start
+			sendN(t, c.Sender(), ch, 8*maxItems) // deep from the start
 			startPoller(t, p)
 			seen := map[string]int{}
 			for len(seen) < total {
