@@ -130,6 +130,17 @@ func startPoller(t testing.TB, p *Poller) {
 	})
 }
 
+// deliveredOnce fails t for every message of seen (body or id: times
+// delivered) delivered more than once.
+func deliveredOnce(t testing.TB, seen map[string]int) {
+	t.Helper()
+	for k, n := range seen {
+		if n != 1 {
+			t.Errorf("%s delivered %d times", k, n)
+		}
+	}
+}
+
 func sendN(t testing.TB, s *Sender, ch string, n int) {
 	t.Helper()
 	var wg sync.WaitGroup
@@ -223,11 +234,7 @@ func TestPollerDeliversEachMessageOnceAcrossRecycling(t *testing.T) {
 			waitFor(t, 5*time.Second, "settlements", func() bool { return p.InFlight() == 0 })
 			time.Sleep(300 * time.Millisecond) // a duplicate would show up now
 			mu.Lock()
-			for k, n := range seen {
-				if n != 1 {
-					t.Errorf("%s delivered %d times", k, n)
-				}
-			}
+			deliveredOnce(t, seen)
 			mu.Unlock()
 			st := p.Stats()
 			t.Logf("stats %+v, max asked %d, polls that asked for more than was there %d", st, maxAsked.Load(), overAsk.Load())

@@ -81,11 +81,7 @@ func TestPollerBurstBesideASettlingBatch(t *testing.T) {
 					t.Fatalf("%d of %d delivered", len(seen), rounds*burst)
 				}
 			}
-			for body, n := range seen {
-				if n != 1 {
-					t.Errorf("%s delivered %d times", body, n)
-				}
-			}
+			deliveredOnce(t, seen)
 			if n := short.Load(); n > 0 {
 				t.Errorf("%d poll(s) asked for more than was there and waited their PollWait", n)
 			}

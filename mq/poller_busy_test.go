@@ -85,11 +85,7 @@ func TestPollerBusyQueuePollsWhole(t *testing.T) {
 					t.Fatalf("%d of %d delivered", len(seen), total)
 				}
 			}
-			for body, n := range seen {
-				if n != 1 {
-					t.Errorf("%s delivered %d times", body, n)
-				}
-			}
+			deliveredOnce(t, seen)
 			mu.Lock()
 			defer mu.Unlock()
 			// The first poll may be a peek's one: from the first full

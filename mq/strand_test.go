@@ -86,11 +86,7 @@ func TestPollerAroundStrandedMessages(t *testing.T) {
 			})
 			waitFor(t, 5*time.Second, "settlements", func() bool { return p.InFlight() == 0 })
 			mu.Lock()
-			for k, n := range seen {
-				if n != 1 {
-					t.Errorf("%s delivered %d times", k, n)
-				}
-			}
+			deliveredOnce(t, seen)
 			mu.Unlock()
 			if n := overAsk.Load(); n > 0 {
 				t.Errorf("%d polls asked for more than was there", n)
