@@ -483,7 +483,7 @@ func startServers(ctx context.Context, spec serverSpec) (*benchServer, error) {
 func (bs *benchServer) startOne(spec serverSpec, i int) error {
 	cfg := worker.Config{
 		Broker: withClientID(spec.conn, fmt.Sprintf("%s-s%d", spec.clientID, i)),
-		Consumer: consumer.Config{Worker: "bench", IntakeWorkers: 2, Writers: 128, PollMaxItems: 128,
+		Consumer: consumer.Config{Worker: "bench", IntakeWorkers: 2, Writers: 128,
 			DrainTimeout: 5 * time.Second, QueueShards: spec.shards, Pipeline: spec.pipeline},
 		Results: models.Results{Spool: models.SpoolMemory}, // a benchmark keeps no state across runs
 		Logger:  spec.log,

@@ -141,9 +141,14 @@ type Config struct {
 	// Writers store results and settle messages in parallel; a store can
 	// block on broker retries, so there are many (default 128).
 	Writers int
-	// PollMaxItems caps one stream poll (default 128); MaxInFlight caps
-	// messages taken and not settled per queue (default 4 x max batch x
-	// instances, at least 256).
+	// PollMaxItems caps one stream poll (default 256; on shard 0 of a
+	// sharded queue at most half of MaxInFlight, see newPoller). A busy
+	// channel is polled one batch at a time (mq.Poller), so each poll is
+	// one serial cycle of runs and of the broker's part (store, ack, the
+	// next poll), for which the devices idle: a larger poll spreads that
+	// part over more runs (BENCHMARKS.md, 2026-12-06 fourth session).
+	// MaxInFlight caps messages taken and not settled per queue (default
+	// 4 x max batch x instances, at least 256).
 	PollMaxItems int
 	MaxInFlight  int
 	// PollFollowWithin: a queue whose lone tasks come within this of the
@@ -210,7 +215,7 @@ func (c *Config) setDefaults() {
 		c.Writers = 128
 	}
 	if c.PollMaxItems <= 0 {
-		c.PollMaxItems = 128
+		c.PollMaxItems = 256
 	}
 	if c.ProgressBuffer <= 0 {
 		c.ProgressBuffer = 4096
@@ -478,6 +483,15 @@ func (s *Server) newPollers(q *queue) error {
 
 // newPoller builds a poller of q's channel ch.
 func (s *Server) newPoller(q *queue, ch *channel) (Poller, error) {
+	items := s.cfg.PollMaxItems
+	if ch == q.chans[0] && len(q.chans) > 1 {
+		// The owner of shard 0 moves each poll of it whole into a
+		// replica's shards with room for it (spread.go): a poll larger
+		// than half that room would move only into empty shards, and
+		// the replicas would idle between moves (polls of 256 with a
+		// room of 256: two replicas served a third of what they did).
+		items = min(items, max(s.cfg.MaxInFlight/2, 1))
+	}
 	p, err := s.cfg.Broker.NewPoller(mq.PollerConfig{
 		Channel: ch.name,
 		Deliver: func(ctx context.Context, batch []*mq.Message) error {
@@ -492,7 +506,7 @@ func (s *Server) newPoller(q *queue, ch *channel) (Poller, error) {
 			s.refuse(ctx, batch[taken:], err)
 			return err
 		},
-		MaxItems:     s.cfg.PollMaxItems,
+		MaxItems:     items,
 		FollowWithin: s.cfg.PollFollowWithin,
 		MaxInFlight:  s.cfg.MaxInFlight,
 		DrainTimeout: s.cfg.DrainTimeout,
