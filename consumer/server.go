@@ -484,12 +484,17 @@ func (s *Server) newPollers(q *queue) error {
 // newPoller builds a poller of q's channel ch.
 func (s *Server) newPoller(q *queue, ch *channel) (Poller, error) {
 	items := s.cfg.PollMaxItems
-	if ch == q.chans[0] && len(q.chans) > 1 {
+	if len(q.chans) > 1 {
 		// The owner of shard 0 moves each poll of it whole into a
 		// replica's shards with room for it (spread.go): a poll larger
 		// than half that room would move only into empty shards, and
 		// the replicas would idle between moves (polls of 256 with a
 		// room of 256: two replicas served a third of what they did).
+		// The shards take moves of that size, and a shard poll larger
+		// than it overlaps an open batch more often (the Poller
+		// overlaps while no more waits than a poll takes), which on
+		// KubeMQ cost a fleet 1 s short polls (BENCHMARKS.md,
+		// 2026-12-06 fourth session).
 		items = min(items, max(s.cfg.MaxInFlight/2, 1))
 	}
 	p, err := s.cfg.Broker.NewPoller(mq.PollerConfig{
