@@ -235,15 +235,7 @@ func TestQueueLoopOnAFake(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	runServer(t, srv)
 
 	send := func(id string, a float32) {
 		x := tensor.NewTensor("x", []int64{1, 4}, []float32{a, 0, 0, 0})
@@ -320,15 +312,7 @@ func TestPollSizes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- srv.Run(ctx) }()
-			defer func() {
-				cancel()
-				if err := <-done; err != nil {
-					t.Errorf("Run: %v", err)
-				}
-			}()
+			runServer(t, srv)
 			name := func(i int) string {
 				if i == 0 {
 					return m.Queue
@@ -360,4 +344,19 @@ func (quietEvents) SubscribeEvents(ctx context.Context, _, _ string) (<-chan mq.
 	ch := make(chan mq.Event)
 	go func() { <-ctx.Done(); close(ch) }()
 	return ch, nil
+}
+
+// runServer runs srv until the test ends, then checks that Run returned
+// no error.
+func runServer(t *testing.T, srv *consumer.Server) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
 }
