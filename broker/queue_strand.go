@@ -10,10 +10,11 @@ import (
 // around it. On KubeMQ a poll's transaction is a NATS Streaming queue
 // subscription whose room is the batch it asked for, and it stays open until
 // every message of the batch is settled. A poll that came back short keeps
-// the rest of that room; settling part of the batch makes more, and the broker pushes the next messages of the queue there,
-// where no poll or peek sees them, until the batch completes or its client
-// closes. The final settlement frees room just before the subscription
-// closes too: what is pushed in that window, and what the batch had
+// the rest of that room; settling part of the batch makes more, and the
+// broker pushes the next messages of the queue there, where no poll or
+// peek sees them, until the batch completes or its client closes. The
+// final settlement frees room just before the subscription closes too:
+// what is pushed in that window, and what the batch had
 // stranded, moves to another open transaction of the queue when there is
 // one, and waits there until that one completes (up to that transaction's
 // size; the rest goes back to the queue). With no other transaction open it

@@ -141,8 +141,8 @@ type Config struct {
 	// Writers store results and settle messages in parallel; a store can
 	// block on broker retries, so there are many (default 128).
 	Writers int
-	// PollMaxItems caps one stream poll (default 256; on shard 0 of a
-	// sharded queue at most half of MaxInFlight, see newPoller). A busy
+	// PollMaxItems caps one stream poll (default 256; on a sharded
+	// queue's channels at most half of MaxInFlight, see newPoller). A busy
 	// channel is polled one batch at a time (mq.Poller), so each poll is
 	// one serial cycle of runs and of the broker's part (store, ack, the
 	// next poll), for which the devices idle: a larger poll spreads that

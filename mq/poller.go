@@ -620,10 +620,10 @@ func (l *loop) watch() bool {
 // the next poll, and that poll keeps only what it asked for (KUBEMQ.md
 // fact 45): a peek or a follow would ask for one and leave the others in
 // its batch, for one more batch each, so the next poll asks for what the
-// count finds (see ready). A
-// count that finds none waiting means the gaps were no strays (another
-// consumer took them, or the broker rerouted or expired them): they are
-// forgotten. It reports whether the count found messages to poll.
+// count finds (see ready). A count that finds none waiting means the gaps
+// were no strays (another consumer took them, or the broker rerouted or
+// expired them): they are forgotten. It reports whether the count found
+// messages to poll.
 func (l *loop) strays() bool {
 	p := l.p
 	p.mu.Lock()
