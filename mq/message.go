@@ -173,6 +173,9 @@ type txn struct {
 	// holding: the poll may hold messages no poll sees (Poller.poll);
 	// set before the messages are handed out.
 	holding bool
+	// strayed: how many strays it may hold unseen (Poller.strayedOpen);
+	// set before the messages are handed out.
+	strayed int
 }
 
 // settle records one message's settlement; the last one of the batch sends

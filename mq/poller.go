@@ -235,6 +235,14 @@ type Poller struct {
 	// sees: strays they were handed and did not ask for, or what their
 	// unfilled room took (see poll; mu).
 	holdingOpen int
+	// strayedOpen is how many messages the open batches polled for what a
+	// peek saw after a completion may hold unseen: on KubeMQ a peek made
+	// while a batch closes takes that batch's strays beside what it saw
+	// (fact 26), and the poll of one that follows is handed all of them
+	// and keeps one (fact 45). The held one comes after what the poll
+	// received, so a count beside that batch includes it: a poll beside
+	// asks for the count less strayedOpen (see askSize; mu).
+	strayedOpen int
 	seen        seen // the sequences received; Run's goroutine only
 
 	up      atomic.Bool
@@ -255,6 +263,9 @@ type Poller struct {
 	hardStop                                 chan struct{}
 
 	onPoll func(asked, got, waiting int) // test hook
+	// beforePoll is a test hook, called before each poll with its ask and
+	// whether a batch of the Poller's is open beside it.
+	beforePoll func(ask int, beside bool)
 }
 
 // NewPoller returns a Poller for cfg.Channel on c. It does not start it.
@@ -380,6 +391,12 @@ type loop struct {
 	// completion (Poller.completedAt) that the last watch knew of.
 	following bool
 	watched   int64
+	// strayed: known is what a peek saw after a batch completed, with no
+	// poll since (see watch); the poll of it may be handed up to strayed
+	// of that batch's strays beside it, and hold them unseen. polledDone
+	// is the completion (Poller.completedAt) the last poll knew of.
+	strayed    int
+	polledDone int64
 }
 
 // asideCount is a count's answer.
@@ -467,6 +484,8 @@ func (p *Poller) mayPoll(known int) (ok bool, retry time.Duration) {
 		return false, 0 // a busy queue: one batch at a time
 	case p.holdingOpen > 0:
 		return false, 0 // what is counted may sit in that batch (see poll)
+	case known > 0 && known <= p.strayedOpen:
+		return false, 0 // all of it may (see strayedOpen)
 	case !p.overlapped:
 		return true, 0
 	}
@@ -607,7 +626,12 @@ func (l *loop) watch() bool {
 		return false
 	}
 	l.succeeded()
-	l.known, l.counted = n, false
+	l.known, l.counted, l.strayed = n, false, 0
+	if done := l.p.completedAt.Load(); n > 0 && done > l.polledDone && done > l.countedAt.UnixNano() {
+		l.p.mu.Lock()
+		l.strayed = l.p.lastDone
+		l.p.mu.Unlock()
+	}
 	return n > 0
 }
 
@@ -700,7 +724,11 @@ func (l *loop) askSize(room int) int {
 		l.known = 0
 		return 0
 	}
-	return min(l.known, l.p.cfg.MaxItems, room)
+	p := l.p
+	p.mu.Lock()
+	strayed := p.strayedOpen
+	p.mu.Unlock()
+	return min(l.known-strayed, p.cfg.MaxItems, room)
 }
 
 // count sets known from the broker's count, waiting for it.
@@ -708,7 +736,7 @@ func (l *loop) count() { l.setCount(l.p.queueInfo(l.ctx)) }
 
 // setCount sets known from a count's answer (see ready).
 func (l *loop) setCount(q QueueInfo, ok bool, err error) {
-	l.known, l.counted = l.p.ready(q, ok, err), true
+	l.known, l.counted, l.strayed = l.p.ready(q, ok, err), true, 0
 	l.looked = time.Now()
 	l.countedAt, l.found = l.looked, l.known
 }
@@ -763,10 +791,17 @@ func (l *loop) takeAside(a asideCount) {
 func (l *loop) pollOnce(ask int) {
 	p := l.p
 	_, open := p.holding()
+	if p.beforePoll != nil {
+		p.beforePoll(ask, open)
+	}
 	// With none of its batches open, a poll is handed what the last one
 	// stranded, all of it (fact 45): asking for less than was counted
-	// (capped by MaxItems or room), it may hold some of it.
-	msgs, err := p.poll(l.cur, ask, !open && l.counted && ask < l.known)
+	// (capped by MaxItems or room), it may hold some of it. A poll of
+	// what a peek saw after a completion may hold the strays of that
+	// batch (see strayed and Poller.strayedOpen).
+	strayed := l.strayed
+	l.strayed, l.polledDone = 0, p.completedAt.Load()
+	msgs, err := p.poll(l.cur, ask, !open && l.counted && ask < l.known, strayed)
 	if err != nil {
 		l.replaceLostClient(err)
 		l.fail(err)

@@ -48,6 +48,7 @@ func (pc *pollClient) release(t *txn, last bool) {
 		if t.holding {
 			p.holdingOpen--
 		}
+		p.strayedOpen -= t.strayed
 		// Completing while another batch is open may strand messages
 		// in it (see Poller); once none is open they are back.
 		now := time.Now()
@@ -135,8 +136,9 @@ func (p *Poller) prepare(ctx context.Context, out chan<- *streamClient) {
 // context (trap 4) and AutoAck off. holding: the poll may be handed strays
 // it did not ask for and hold them (KUBEMQ.md fact 45); a poll that comes
 // back short holds too. No poll is made beside a holding batch until it
-// completes (see mayPoll).
-func (p *Poller) poll(pc *pollClient, n int, holding bool) ([]*Message, error) {
+// completes (see mayPoll). strayed: it may hold up to that many unseen
+// beside it, of which the polls beside it do not ask for (strayedOpen).
+func (p *Poller) poll(pc *pollClient, n int, holding bool, strayed int) ([]*Message, error) {
 	p.polls.Add(1)
 	t := &txn{pc: pc}
 	resp, err := pc.sc.c.Poll(pc.sc.ctx, &qs.PollRequest{
@@ -156,6 +158,7 @@ func (p *Poller) poll(pc *pollClient, n int, holding bool) ([]*Message, error) {
 	// its room on the broker while its batch runs: what arrives meanwhile
 	// is pushed there, where no poll sees it (KUBEMQ.md trap 13).
 	t.holding = holding || len(resp.Messages) < n
+	t.strayed = strayed
 	t.resp = resp
 	t.mu.Lock()
 	t.size, t.open = len(resp.Messages), len(resp.Messages)
@@ -178,6 +181,7 @@ func (p *Poller) poll(pc *pollClient, n int, holding bool) ([]*Message, error) {
 	if t.holding {
 		p.holdingOpen++
 	}
+	p.strayedOpen += t.strayed
 	p.mu.Unlock()
 	p.msgs.Add(int64(len(msgs)))
 	return msgs, nil
