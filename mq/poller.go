@@ -198,7 +198,9 @@ type PollerStats struct {
 // have been handed more), or one that came back short (the rest of its
 // room stays open while it runs, trap 13); and after a poll beside an open
 // batch comes back short, beside none until they complete (or for
-// PollWait). Several replicas on one channel overlap each other's batches
+// PollWait). Beside a batch polled for what a peek saw after a completion
+// it asks for the count less what that batch may hold (strayedOpen, fact
+// 46). Several replicas on one channel overlap each other's batches
 // and peeks (trap 12), which no Poller sees: a sharded queue (package
 // shard) gives each channel one consumer (BENCHMARKS.md measures both,
 // issue 12 item 2). A batch
