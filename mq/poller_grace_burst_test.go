@@ -59,13 +59,7 @@ func TestPollerBesideAPeeksPollAfterACompletion(t *testing.T) {
 			waitFor(t, 5*time.Second, "poller up", p.Up)
 			next := func(what string) *Message {
 				t.Helper()
-				select {
-				case m := <-got:
-					return m
-				case <-time.After(5 * time.Second):
-					t.Fatalf("%s not delivered", what)
-					return nil
-				}
+				return nextMsg(t, got, 5*time.Second, what)
 			}
 			seen := map[string]bool{}
 			for r := range rounds {

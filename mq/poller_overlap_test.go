@@ -66,20 +66,28 @@ func deliverInto(got chan<- *Message) func(context.Context, []*Message) error {
 	}
 }
 
-// ackNext receives the next message on got within d and acks it; what
-// names the message when none comes, which fails the test.
-func ackNext(t testing.TB, got <-chan *Message, d time.Duration, what string) *Message {
+// nextMsg receives the next message on got within d; what names the
+// message when none comes, which fails the test.
+func nextMsg(t testing.TB, got <-chan *Message, d time.Duration, what string) *Message {
 	t.Helper()
 	select {
 	case m := <-got:
-		if err := m.Ack(); err != nil {
-			t.Fatalf("ack %s: %v", what, err)
-		}
 		return m
 	case <-time.After(d):
 		t.Fatalf("%s not delivered in %v", what, d)
 		return nil
 	}
+}
+
+// ackNext receives the next message on got within d and acks it (see
+// nextMsg).
+func ackNext(t testing.TB, got <-chan *Message, d time.Duration, what string) *Message {
+	t.Helper()
+	m := nextMsg(t, got, d, what)
+	if err := m.Ack(); err != nil {
+		t.Fatalf("ack %s: %v", what, err)
+	}
+	return m
 }
 
 // TestPollerLoneTaskNotHeldByACount: after polling what a peek saw, the
@@ -111,13 +119,7 @@ func TestPollerLoneTaskNotHeldByACount(t *testing.T) {
 	waitFor(t, 5*time.Second, "poller up", p.Up)
 	receive := func(what string) *Message {
 		t.Helper()
-		select {
-		case m := <-got:
-			return m
-		case <-time.After(5 * time.Second):
-			t.Fatalf("%s not delivered", what)
-			return nil
-		}
+		return nextMsg(t, got, 5*time.Second, what)
 	}
 	for i := range 3 {
 		sendN(t, c.Sender(), ch, 1)
