@@ -716,12 +716,12 @@ func (p *Poller) free() int {
 
 // askSize is how many messages the next poll asks for: what is known to be
 // waiting less what open batches may hold unseen (strayedOpen), capped by
-// MaxItems and room; 0 to watch (peek) instead. A count
-// of one is peeked first: that message may be one that the last batch
-// stranded on its way back to the queue, and a poll for it would wait its
-// whole PollWait holding one of the broker's poll slots (traps 2, 11); the
-// peek sees it at once when it is there. Not while a batch is open, when
-// the Poller does not peek (see OverlapAfter).
+// MaxItems and room; 0 to watch (peek) instead. A count of one is peeked
+// first: that message may be one that the last batch stranded on its way
+// back to the queue, and a poll for it would wait its whole PollWait
+// holding one of the broker's poll slots (traps 2, 11); the peek sees it at
+// once when it is there. Not while a batch is open, when the Poller does
+// not peek (see OverlapAfter).
 func (l *loop) askSize(room int) int {
 	p := l.p
 	p.mu.Lock()
