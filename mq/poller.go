@@ -380,8 +380,9 @@ type loop struct {
 	downSince time.Time // first failure of the current client while the broker is away
 
 	// A count taken aside (countAside) comes back on aside; counting is
-	// set while one is under way. countedAt and found are the last
-	// count's time and answer.
+	// set while one is under way. countedAt and found are when the last
+	// count taken was asked for (what completed after it, it may not
+	// reflect: see stale and watch) and its answer.
 	aside     chan asideCount
 	counting  bool
 	asideWG   sync.WaitGroup
@@ -406,6 +407,7 @@ type asideCount struct {
 	q   QueueInfo
 	ok  bool
 	err error
+	at  time.Time // when it was asked for
 }
 
 func (p *Poller) newLoop(ctx context.Context) *loop {
@@ -735,13 +737,17 @@ func (l *loop) askSize(room int) int {
 }
 
 // count sets known from the broker's count, waiting for it.
-func (l *loop) count() { l.setCount(l.p.queueInfo(l.ctx)) }
+func (l *loop) count() {
+	at := time.Now()
+	q, ok, err := l.p.queueInfo(l.ctx)
+	l.setCount(asideCount{q: q, ok: ok, err: err, at: at})
+}
 
 // setCount sets known from a count's answer (see ready).
-func (l *loop) setCount(q QueueInfo, ok bool, err error) {
-	l.known, l.counted, l.strayed = l.p.ready(q, ok, err), true, 0
+func (l *loop) setCount(a asideCount) {
+	l.known, l.counted, l.strayed = l.p.ready(a.q, a.ok, a.err), true, 0
 	l.looked = time.Now()
-	l.countedAt, l.found = l.looked, l.known
+	l.countedAt, l.found = a.at, l.known
 }
 
 // countAside counts in the background, after a poll of what a peek saw:
@@ -764,8 +770,9 @@ func (l *loop) countAside() {
 	l.asideWG.Add(1)
 	go func() {
 		defer l.asideWG.Done()
+		at := time.Now()
 		q, ok, err := l.p.queueInfo(l.ctx)
-		l.aside <- asideCount{q: q, ok: ok, err: err}
+		l.aside <- asideCount{q: q, ok: ok, err: err, at: at}
 	}()
 }
 
@@ -785,7 +792,7 @@ func (p *Poller) queueInfo(ctx context.Context) (QueueInfo, bool, error) {
 func (l *loop) takeAside(a asideCount) {
 	l.counting = false
 	if l.known <= 0 {
-		l.setCount(a.q, a.ok, a.err)
+		l.setCount(a)
 	}
 }
 
