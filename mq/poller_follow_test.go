@@ -30,11 +30,27 @@ func TestPollerFollowsALiveQueue(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
+				// slow counts the tasks that came more than FollowWithin
+				// after the ack of the one before, as this test saw it: the
+				// Poller's own gap (completion to delivery) lies within the
+				// test's (before the ack to after the receipt), so only
+				// these may end a follow and cost a peek. Under -race on a
+				// loaded machine a few do.
+				var slow int64
+				var ackAt time.Time
 				send(0)
 				for i := range n {
 					want := fmt.Sprintf("m%d", i)
-					if m := ackNext(t, got, 5*time.Second, want); string(m.Body) != want {
+					m := nextMsg(t, got, 5*time.Second, want)
+					if tc.within >= 0 && i > 0 && time.Since(ackAt) > p.cfg.FollowWithin {
+						slow++
+					}
+					if string(m.Body) != want {
 						t.Fatalf("got %s, want %s", m.Body, want)
+					}
+					ackAt = time.Now()
+					if err := m.Ack(); err != nil {
+						t.Fatalf("ack %s: %v", want, err)
 					}
 					if i+1 < n {
 						send(i + 1)
@@ -42,11 +58,14 @@ func TestPollerFollowsALiveQueue(t *testing.T) {
 				}
 				st := p.Stats()
 				t.Logf("%d tasks: %d peeks, %d polls, %d follows, %d counts", n, st.Peeks, st.Polls, st.Follows, st.Counts)
+				if tc.within >= 0 {
+					t.Logf("%d tasks came over %v after the ack before them", slow, p.cfg.FollowWithin)
+				}
 				switch {
 				case tc.within < 0 && (st.Follows != 0 || st.Peeks < n):
 					t.Errorf("disabled: %d follows and %d peeks for %d tasks, want 0 and at least %d", st.Follows, st.Peeks, n, n)
-				case tc.within >= 0 && (st.Follows < n-4 || st.Peeks > 4):
-					t.Errorf("%d follows and %d peeks for %d tasks, want at least %d and at most 4", st.Follows, st.Peeks, n, n-4)
+				case tc.within >= 0 && (st.Follows < n-4-slow || st.Peeks > 4+slow):
+					t.Errorf("%d follows and %d peeks for %d tasks, %d of them slow, want at least %d and at most %d", st.Follows, st.Peeks, n, slow, n-4-slow, 4+slow)
 				}
 				select {
 				case m := <-got:
