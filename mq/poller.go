@@ -240,7 +240,7 @@ type Poller struct {
 	// strayedOpen is how many messages the open batches polled for what a
 	// peek saw after a completion may hold unseen: on KubeMQ a peek made
 	// while a batch closes takes that batch's strays beside what it saw
-	// (fact 26), and the poll of one that follows is handed all of them
+	// (fact 46), and the poll of one that follows is handed all of them
 	// and keeps one (fact 45). The held one comes after what the poll
 	// received, so a count beside that batch includes it: a poll beside
 	// asks for the count less strayedOpen (see askSize; mu).

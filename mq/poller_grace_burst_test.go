@@ -14,7 +14,7 @@ import (
 // joins the queue's group while that batch closes, and on KubeMQ what the
 // batch's settlement stranded goes to the peek beside what it saw, and
 // both to the poll of one made for it, which keeps one and holds the other
-// unseen (KUBEMQ.md facts 26, 45). A poll beside that batch, counted for
+// unseen (KUBEMQ.md facts 46, 45). A poll beside that batch, counted for
 // the rest of the burst, asked for the held one too and waited its whole
 // PollWait: measured 2026-12-06 in fleet timelines, polls asking 126 and
 // getting 125 after 1 s, each beside a poll of one made after such a peek,
