@@ -265,9 +265,10 @@ type Poller struct {
 	hardStop                                 chan struct{}
 
 	onPoll func(asked, got, waiting int) // test hook
-	// beforePoll is a test hook, called before each poll with its ask and
-	// whether a batch of the Poller's is open beside it.
-	beforePoll func(ask int, beside bool)
+	// beforePoll is a test hook, called before each poll with its ask,
+	// whether a batch of the Poller's is open beside it, and whether the
+	// ask comes from a count (not from what a peek or a follow saw).
+	beforePoll func(ask int, beside, counted bool)
 }
 
 // NewPoller returns a Poller for cfg.Channel on c. It does not start it.
@@ -802,7 +803,7 @@ func (l *loop) pollOnce(ask int) {
 	p := l.p
 	_, open := p.holding()
 	if p.beforePoll != nil {
-		p.beforePoll(ask, open)
+		p.beforePoll(ask, open, l.counted)
 	}
 	// With none of its batches open, a poll is handed what the last one
 	// stranded, all of it (fact 45): asking for less than was counted
