@@ -176,6 +176,10 @@ type txn struct {
 	// strayed: how many strays it may hold unseen (Poller.strayedOpen);
 	// set before the messages are handed out.
 	strayed int
+	// deferred: every message is settled and the settlements wait for a
+	// quiet moment (Poller.deferClose); Poller.mu.
+	deferred bool
+	polledAt time.Time // when the poll returned; Poller.mu
 }
 
 // settle records one message's settlement; the last one of the batch sends
@@ -196,11 +200,23 @@ func (t *txn) settle(op int, channel string, seq int64) error {
 	t.open--
 	last := t.open == 0
 	t.mu.Unlock()
-	var err error
-	if last {
-		err = t.flush()
+	if !last {
+		t.pc.release(t, false)
+		return nil
 	}
-	t.pc.release(t, last)
+	later, with := t.pc.poller.deferClose(t)
+	if later {
+		t.pc.release(t, false)
+		return nil
+	}
+	for _, d := range with {
+		_ = d.flush()
+	}
+	err := t.flush()
+	for _, d := range with {
+		d.pc.complete(d)
+	}
+	t.pc.release(t, true)
 	return err
 }
 

@@ -153,6 +153,10 @@ type PollerStats struct {
 	// Follows counts the polls made at once after a batch completed,
 	// without a peek (see FollowWithin).
 	Follows int64
+	// QuietCloses counts the sendings of deferred settlements (see
+	// deferClose) after which a count found that they stranded nothing;
+	// LoudCloses the ones after which it could not tell.
+	QuietCloses, LoudCloses int64
 	// StaleNotices counts the SDK's error reports for batches whose
 	// settlements had all been sent (see txn.onError): on the real broker
 	// one per batch of each stream client at its close. Not failures.
@@ -184,10 +188,17 @@ type PollerStats struct {
 // batch stranded goes back to the queue (no other member is open) and to
 // the next poll. When a poll takes all that is known to be waiting (a
 // light queue), it may overlap the open batches, so that a long task does
-// not hold up the next ones, until one of them completes while another is
-// open (it may have stranded messages there): then the Poller polls again
-// only when none is open, or after PollWait (the most an over-asking poll
-// would cost; an open batch may be a long task's). What a batch's
+// not hold up the next ones and a device's next batch is taken while one
+// runs. A batch whose last message is settled while another runs does not
+// complete then, when its results have just been stored and their
+// producers send their next tasks: its settlements wait until a count
+// finds nothing waiting, so that its close strands nothing, and a count
+// SettleGrace later makes sure of it (see deferClose and closeDeferred;
+// KUBEMQ.md fact 47). A completion beside an open batch that may have
+// stranded messages there (that count cannot tell, or the settlements had
+// to go before the queue was quiet) stops polls until none is open, or for
+// PollWait (the most an over-asking poll would cost; an open batch may be
+// a long task's). What a batch's
 // settlement strands goes, when no other batch is open, to the next poll,
 // all of it, whatever that poll asked for; the poll keeps what it asked for
 // and holds the rest unseen until it completes (KUBEMQ.md fact 45). So
@@ -221,13 +232,24 @@ type Poller struct {
 	mu       sync.Mutex
 	inflight int // delivered and not settled
 	held     int // in batches not completely settled: still held on the broker
-	// heldSince is when held last went from 0 to more.
-	heldSince time.Time
+	// batches are the open batches, oldest first (see holding).
+	batches []*txn
 	// overlapped: a batch completed while another was open, at
 	// overlappedAt; no poll until held is 0, or for PollWait (see Poller).
 	overlapped   bool
 	overlappedAt time.Time
-	room         chan struct{} // signalled when a message is settled
+	// overlapGen counts the times overlapped was set, so that a check
+	// that found a quiet close clean clears only its own (see
+	// loop.closeDeferred).
+	overlapGen int
+	// deferred are the batches whose every message is settled while
+	// another batch was running, whose settlements wait for a quiet moment
+	// (see deferClose); deferredHeld is how many messages they hold,
+	// deferredSince when the oldest was deferred.
+	deferred      []*txn
+	deferredHeld  int
+	deferredSince time.Time
+	room          chan struct{} // signalled when a message is settled
 	// completedAt is when a batch last completed (unix ns; see
 	// SettleGrace and FollowWithin).
 	completedAt atomic.Int64
@@ -259,6 +281,7 @@ type Poller struct {
 
 	peeks, polls, msgs, recycles, settleErrs atomic.Int64
 	counts, follows                          atomic.Int64
+	quietCloses, loudCloses                  atomic.Int64
 	staleNotices                             atomic.Int64
 	started                                  atomic.Bool
 	retiring                                 sync.WaitGroup
@@ -269,6 +292,9 @@ type Poller struct {
 	// whether a batch of the Poller's is open beside it, and whether the
 	// ask comes from a count (not from what a peek or a follow saw).
 	beforePoll func(ask int, beside, counted bool)
+	// beforeQuietClose is a test hook, called by closeDeferred before it
+	// sends the waiting settlements.
+	beforeQuietClose func()
 }
 
 // NewPoller returns a Poller for cfg.Channel on c. It does not start it.
@@ -304,6 +330,7 @@ func (p *Poller) Stats() PollerStats {
 		Peeks: p.peeks.Load(), Polls: p.polls.Load(), Messages: p.msgs.Load(), Counts: p.counts.Load(), Follows: p.follows.Load(),
 		Recycles: p.recycles.Load(), SettleErrors: p.settleErrs.Load(),
 		StaleNotices: p.staleNotices.Load(),
+		QuietCloses:  p.quietCloses.Load(), LoudCloses: p.loudCloses.Load(),
 	}
 }
 
@@ -401,6 +428,9 @@ type loop struct {
 	// is the completion (Poller.completedAt) the last poll knew of.
 	strayed    int
 	polledDone int64
+	// quiet: a count asked after the oldest batch in deferred found
+	// nothing waiting: time to send their settlements (closeDeferred).
+	quiet bool
 }
 
 // asideCount is a count's answer.
@@ -440,7 +470,14 @@ func (l *loop) step() {
 		l.takeAside(a)
 	default:
 	}
+	if waited, ok := l.p.deferredFor(); l.quiet || ok && waited >= l.p.cfg.PollWait {
+		l.closeDeferred()
+	}
 	if ok, retry := l.p.mayPoll(l.known); !ok {
+		if _, ok := l.p.deferredFor(); ok {
+			l.closeDeferred() // what holds it back may be theirs
+			return
+		}
 		l.waitRoom(retry)
 		return
 	}
@@ -520,6 +557,65 @@ func (l *loop) look() bool {
 	return l.watch()
 }
 
+// deferClose decides, when the last message of batch t is settled, whether
+// its settlements wait (later) or go now, with the batches that waited for
+// a quiet moment (with). They wait while another batch of the Poller's
+// runs (is open and not waiting): on KubeMQ the batch's close would move
+// what its settlement strands into the open ones, unseen (trap 13, fact
+// 40), and the settlement comes right after the batch's results were
+// stored, just when their producers send their next tasks. Run's loop
+// sends them once a count finds nothing waiting (closeDeferred), so that
+// the close strands nothing, and makes sure of it. When no other batch
+// runs, they all go now, together, as one batch would.
+func (p *Poller) deferClose(t *txn) (later bool, with []*txn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	running := p.held - p.deferredHeld - len(t.resp.Messages)
+	if running > 0 && !t.pc.retired && !t.pc.leftOpen.Load() {
+		if len(p.deferred) == 0 {
+			p.deferredSince = time.Now()
+		}
+		t.deferred = true
+		p.deferred = append(p.deferred, t)
+		p.deferredHeld += len(t.resp.Messages)
+		return true, nil
+	}
+	return false, p.takeDeferredLocked(nil)
+}
+
+// takeDeferred takes the batches whose settlements wait (see deferClose),
+// pc's only unless pc is nil: the caller sends them and completes them.
+func (p *Poller) takeDeferred(pc *pollClient) []*txn {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.takeDeferredLocked(pc)
+}
+
+func (p *Poller) takeDeferredLocked(pc *pollClient) []*txn {
+	var taken []*txn
+	kept := p.deferred[:0]
+	for _, t := range p.deferred {
+		if pc != nil && t.pc != pc {
+			kept = append(kept, t)
+			continue
+		}
+		t.deferred = false
+		p.deferredHeld -= len(t.resp.Messages)
+		taken = append(taken, t)
+	}
+	clear(p.deferred[len(kept):])
+	p.deferred = kept
+	return taken
+}
+
+// deferredFor reports how long the oldest waiting batch has waited (see
+// deferClose); false when none waits.
+func (p *Poller) deferredFor() (time.Duration, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return time.Since(p.deferredSince), len(p.deferred) > 0
+}
+
 // overlapShort notes a poll made beside an open batch that came back
 // short: what it was counted for sits in an open batch (strays the batch's
 // poll was forced to take, KUBEMQ.md fact 45). Like a completion beside an
@@ -529,15 +625,23 @@ func (p *Poller) overlapShort() {
 	defer p.mu.Unlock()
 	if p.held > 0 {
 		p.overlapped, p.overlappedAt = true, time.Now()
+		p.overlapGen++
 	}
 }
 
 // holding reports whether a batch of the Poller's is open on the broker,
-// and for how long one has been.
+// and for how long the oldest one that is not waiting to be closed (see
+// deferClose) has been: batches overlap without a break while a device
+// keeps two in flight, and each of them is short.
 func (p *Poller) holding() (time.Duration, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return time.Since(p.heldSince), p.held > 0
+	for _, t := range p.batches {
+		if !t.deferred {
+			return time.Since(t.polledAt), true
+		}
+	}
+	return 0, p.held > 0
 }
 
 // waitRoom waits for a settlement (backpressure: no poll while MaxInFlight
@@ -749,6 +853,64 @@ func (l *loop) setCount(a asideCount) {
 	l.known, l.counted, l.strayed = l.p.ready(a.q, a.ok, a.err), true, 0
 	l.looked = time.Now()
 	l.countedAt, l.found = a.at, l.known
+	if l.known == 0 && a.err == nil {
+		l.quiet = l.quiet || l.p.deferredBefore(a.at)
+	}
+}
+
+// deferredBefore reports whether a batch waits to be closed (see
+// deferClose) since before at.
+func (p *Poller) deferredBefore(at time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.deferred) > 0 && p.deferredSince.Before(at)
+}
+
+// closeDeferred sends the settlements of the batches that wait (see
+// deferClose). Like any completion beside an open batch, that stops polls
+// beside the open ones (overlapped); then, SettleGrace later (the broker
+// closes a batch a moment after its settlement, fact 27), it counts: when
+// every sequence stored was received, or nothing waits beyond what the
+// Poller holds, the closes stranded nothing and polls beside may go on.
+func (l *loop) closeDeferred() {
+	p := l.p
+	l.quiet = false
+	ds := p.takeDeferred(nil)
+	if len(ds) == 0 {
+		return
+	}
+	if p.beforeQuietClose != nil {
+		p.beforeQuietClose()
+	}
+	for _, t := range ds {
+		_ = t.flush()
+	}
+	for _, t := range ds {
+		t.pc.complete(t)
+	}
+	p.mu.Lock()
+	open, gen := p.held > 0, p.overlapGen
+	p.mu.Unlock()
+	if !open || !sleep(l.ctx, p.cfg.SettleGrace) {
+		return
+	}
+	at := time.Now()
+	q, ok, err := p.queueInfo(l.ctx)
+	p.mu.Lock()
+	held := p.held
+	p.mu.Unlock()
+	clean := err == nil && ok && (q.Waiting <= int64(held) || q.LastSequence > 0 && p.seen.missing(uint64(q.LastSequence)) == 0)
+	l.setCount(asideCount{q: q, ok: ok, err: err, at: at})
+	if !clean {
+		p.loudCloses.Add(1)
+		return
+	}
+	p.quietCloses.Add(1)
+	p.mu.Lock()
+	if p.overlapGen == gen {
+		p.overlapped = false
+	}
+	p.mu.Unlock()
 }
 
 // countAside counts in the background, after a poll of what a peek saw:

@@ -6,6 +6,7 @@ package mq
 
 import (
 	"context"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -42,25 +43,50 @@ func (pc *pollClient) release(t *txn, last bool) {
 	pc.out--
 	p.inflight--
 	if last {
-		delete(pc.txns, t)
-		p.held -= len(t.resp.Messages)
-		p.lastDone = len(t.resp.Messages)
-		if t.holding {
-			p.holdingOpen--
-		}
-		p.strayedOpen -= t.strayed
-		// Completing while another batch is open may strand messages
-		// in it (see Poller); once none is open they are back.
-		now := time.Now()
-		if p.overlapped = p.held > 0; p.overlapped {
-			p.overlappedAt = now
-		}
-		p.completedAt.Store(now.UnixNano())
+		pc.completeLocked(t)
 	}
 	if pc.retired && pc.out == 0 {
 		close(pc.idle)
 	}
 	p.mu.Unlock()
+	p.signalRoom()
+}
+
+// complete notes that the settlements of t, a batch whose every message
+// was released before, have been sent (see Poller.deferClose).
+func (pc *pollClient) complete(t *txn) {
+	pc.poller.mu.Lock()
+	pc.completeLocked(t)
+	pc.poller.mu.Unlock()
+	pc.poller.signalRoom()
+}
+
+// completeLocked notes that batch t is complete: its settlements are sent
+// and the broker closes it. Poller.mu is held.
+func (pc *pollClient) completeLocked(t *txn) {
+	p := pc.poller
+	delete(pc.txns, t)
+	if i := slices.Index(p.batches, t); i >= 0 {
+		p.batches = slices.Delete(p.batches, i, i+1)
+	}
+	p.held -= len(t.resp.Messages)
+	p.lastDone = len(t.resp.Messages)
+	if t.holding {
+		p.holdingOpen--
+	}
+	p.strayedOpen -= t.strayed
+	// Completing while another batch is open may strand messages in it
+	// (see Poller); once none is open they are back.
+	now := time.Now()
+	if p.overlapped = p.held > 0; p.overlapped {
+		p.overlappedAt = now
+		p.overlapGen++
+	}
+	p.completedAt.Store(now.UnixNano())
+}
+
+// signalRoom wakes Run's loop if it waits for a settlement.
+func (p *Poller) signalRoom() {
 	select {
 	case p.room <- struct{}{}:
 	default:
@@ -81,10 +107,20 @@ func (p *Poller) retire(pc *pollClient) {
 		defer p.retiring.Done()
 		select {
 		case <-pc.idle:
+			// Settlements that wait for a quiet moment go now: the close
+			// would give their messages back.
+			for _, t := range p.takeDeferred(pc) {
+				_ = t.flush()
+				pc.complete(t)
+			}
 			// The last settlement is queued in the SDK; give its stream a
 			// moment to send it before the close (which waits 100 ms more).
 			time.Sleep(50 * time.Millisecond)
 		case <-p.hardStop:
+			for _, t := range p.takeDeferred(pc) {
+				_ = t.flush()
+				pc.complete(t)
+			}
 			// Send what incomplete batches have settled, so that it is
 			// not delivered again; the close gives the rest back.
 			p.mu.Lock()
@@ -174,9 +210,8 @@ func (p *Poller) poll(pc *pollClient, n int, holding bool, strayed int) ([]*Mess
 	pc.out += len(msgs)
 	pc.txns[t] = struct{}{}
 	p.inflight += len(msgs)
-	if p.held == 0 {
-		p.heldSince = time.Now()
-	}
+	t.polledAt = time.Now()
+	p.batches = append(p.batches, t)
 	p.held += len(msgs)
 	if t.holding {
 		p.holdingOpen++

@@ -3,75 +3,10 @@ package mq
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"testing"
 	"time"
 )
-
-// TestPollerNoPollWhileOverlappingBatchesClose: on a light queue batches
-// may overlap while none completes, but once one completes while others
-// are open (it may have stranded messages in them, see Poller) the Poller
-// polls again only when none is open. Before, it polled as soon as
-// MaxInFlight had room, and overlapping batches passed stranded messages
-// on for as long as the load lasted.
-func TestPollerNoPollWhileOverlappingBatchesClose(t *testing.T) {
-	tg := targets(t, fastBroker())[0]
-	c := dial(t, tg)
-	ch := chanName(t)
-	var (
-		mu      sync.Mutex
-		batches [][]*Message
-	)
-	delivered := func() (n int) {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, b := range batches {
-			n += len(b)
-		}
-		return n
-	}
-	ack := func(b []*Message) {
-		for _, m := range b {
-			if err := m.Ack(); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	runPoller(t, c, PollerConfig{
-		Channel: ch, MaxItems: 16, MaxInFlight: 64,
-		Deliver: func(ctx context.Context, batch []*Message) error {
-			mu.Lock()
-			batches = append(batches, batch)
-			mu.Unlock()
-			return nil
-		},
-	})
-	sendN(t, c.Sender(), ch, 16)
-	waitFor(t, 10*time.Second, "16 delivered in overlapping batches", func() bool { return delivered() == 16 })
-	mu.Lock()
-	held := slices.Clone(batches)
-	mu.Unlock()
-	if len(held) < 2 {
-		t.Fatalf("%d batches; the test needs overlapping ones", len(held))
-	}
-	ack(held[0]) // completes while the later batches are open
-	sendN(t, c.Sender(), ch, 8)
-	for i, b := range held[1:] {
-		time.Sleep(150 * time.Millisecond)
-		if n := delivered(); n != 16 {
-			t.Fatalf("%d more delivered after batch 1 of %d completed with later ones open and %d of them settled; want none until all are", n-16, len(held), i)
-		}
-		if i < len(held)-2 {
-			ack(b)
-		}
-	}
-	ack(held[len(held)-1])
-	waitFor(t, 10*time.Second, "the next 8 once no batch is open", func() bool { return delivered() == 24 })
-	mu.Lock()
-	ack(slices.Concat(batches[len(held):]...))
-	mu.Unlock()
-}
 
 // TestPollerGiveBackClosesItsBatchFirst: a message given back keeps its
 // batch open on the broker until the client closes; the Poller closes that
