@@ -22,15 +22,19 @@ import (
 //
 // The messages of one poll are settled on the broker together: the
 // settlements are held until the last message of the poll's batch is
-// settled, and then go out at once (see txn). Until then a settled message
-// is still held by the broker: if the process dies it is delivered again,
-// and a NAck's redelivery waits for the rest of its batch. Settle a batch's
-// messages close together.
+// settled, and then go out at once (see txn); when another batch of the
+// Poller's still runs then, they wait for a moment when nothing waits in
+// the queue, up to the Poller's PollWait (see Poller.deferClose). Until
+// then a settled message is still held by the broker: if the process dies
+// it is delivered again, and a NAck's redelivery waits for the rest of its
+// batch. Settle a batch's messages close together.
 //
 // Settling returns as soon as the requests are queued on the poll's
 // stream: the broker does not confirm them. A failure found later arrives
 // through the Poller's OnSettleError (trap 6). The settlement that
-// completes a batch returns the error of sending the batch's requests; one
+// completes a batch returns the error of sending the batch's requests
+// when they go out at once (nil when they wait; their failure goes to
+// OnSettleError); one
 // that fails because the stream was lost returns ErrUnavailable: the broker
 // has put the messages back and will deliver them again with their
 // ReceiveCount unchanged.
@@ -204,18 +208,20 @@ func (t *txn) settle(op int, channel string, seq int64) error {
 		t.pc.release(t, false)
 		return nil
 	}
+	return t.finish()
+}
+
+// finish handles the batch's last settlement: its settlements go out now,
+// with those of the batches that waited (Poller.deferClose), or wait. It
+// returns the error of sending them now.
+func (t *txn) finish() error {
 	later, with := t.pc.poller.deferClose(t)
 	if later {
 		t.pc.release(t, false)
 		return nil
 	}
-	for _, d := range with {
-		_ = d.flush()
-	}
 	err := t.flush()
-	for _, d := range with {
-		d.pc.complete(d)
-	}
+	t.pc.poller.closeBatches(with)
 	t.pc.release(t, true)
 	return err
 }
@@ -228,10 +234,11 @@ func (t *txn) drop() {
 	t.open--
 	last := t.open == 0
 	t.mu.Unlock()
-	if last {
-		_ = t.flush()
+	if !last {
+		t.pc.release(t, false)
+		return
 	}
-	t.pc.release(t, last)
+	_ = t.finish() // left open: its settlements never wait
 }
 
 // flush sends the settlements recorded so far: requeues and nacks first,

@@ -40,7 +40,8 @@ type PollerConfig struct {
 	PeekWait time.Duration
 	// PollWait is the stream poll's WaitTimeout. The broker raises it to
 	// 1 s (trap 1); it only matters when fewer messages than asked for are
-	// there (another consumer took them). Default 1 s.
+	// there (another consumer took them). It also bounds how long a
+	// batch's settlements wait for a quiet moment (see Poller). Default 1 s.
 	PollWait time.Duration
 	// RecycleAfter is the number of polls after which the stream client is
 	// replaced by a fresh, already warmed one; the old one is closed once
@@ -882,12 +883,7 @@ func (l *loop) closeDeferred() {
 	if p.beforeQuietClose != nil {
 		p.beforeQuietClose()
 	}
-	for _, t := range ds {
-		_ = t.flush()
-	}
-	for _, t := range ds {
-		t.pc.complete(t)
-	}
+	p.closeBatches(ds)
 	p.mu.Lock()
 	open, gen := p.held > 0, p.overlapGen
 	p.mu.Unlock()

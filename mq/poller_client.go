@@ -52,13 +52,22 @@ func (pc *pollClient) release(t *txn, last bool) {
 	p.signalRoom()
 }
 
-// complete notes that the settlements of t, a batch whose every message
-// was released before, have been sent (see Poller.deferClose).
-func (pc *pollClient) complete(t *txn) {
-	pc.poller.mu.Lock()
-	pc.completeLocked(t)
-	pc.poller.mu.Unlock()
-	pc.poller.signalRoom()
+// closeBatches sends the settlements of ts, batches whose every message
+// was released while their settlements waited (see deferClose), and
+// completes them.
+func (p *Poller) closeBatches(ts []*txn) {
+	if len(ts) == 0 {
+		return
+	}
+	for _, t := range ts {
+		_ = t.flush() // a failure goes to OnSettleError
+	}
+	p.mu.Lock()
+	for _, t := range ts {
+		t.pc.completeLocked(t)
+	}
+	p.mu.Unlock()
+	p.signalRoom()
 }
 
 // completeLocked notes that batch t is complete: its settlements are sent
@@ -109,18 +118,12 @@ func (p *Poller) retire(pc *pollClient) {
 		case <-pc.idle:
 			// Settlements that wait for a quiet moment go now: the close
 			// would give their messages back.
-			for _, t := range p.takeDeferred(pc) {
-				_ = t.flush()
-				pc.complete(t)
-			}
+			p.closeBatches(p.takeDeferred(pc))
 			// The last settlement is queued in the SDK; give its stream a
 			// moment to send it before the close (which waits 100 ms more).
 			time.Sleep(50 * time.Millisecond)
 		case <-p.hardStop:
-			for _, t := range p.takeDeferred(pc) {
-				_ = t.flush()
-				pc.complete(t)
-			}
+			p.closeBatches(p.takeDeferred(pc))
 			// Send what incomplete batches have settled, so that it is
 			// not delivered again; the close gives the rest back.
 			p.mu.Lock()
