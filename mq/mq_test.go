@@ -111,23 +111,29 @@ func runPoller(t testing.TB, c *Conn, cfg PollerConfig) *Poller {
 	return p
 }
 
-// startPoller runs p (made, and its test hooks set) until the test ends.
-func startPoller(t testing.TB, p *Poller) {
+// startPoller runs p (made, and its test hooks set) until the test ends,
+// or until the stop it returns is called: it waits for Run to return.
+func startPoller(t testing.TB, p *Poller) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("poller run: %v", err)
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("poller run: %v", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Errorf("poller did not stop")
 			}
-		case <-time.After(10 * time.Second):
-			t.Errorf("poller did not stop")
-		}
-	})
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
 
 // deliveredOnce fails t for every message of seen (body or id: times

@@ -54,24 +54,7 @@ func newOverlapping(t *testing.T, cfg PollerConfig, hooks func(*Poller)) *overla
 		hooks(p)
 	}
 	o.p = p
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	var once sync.Once
-	o.stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("poller run: %v", err)
-				}
-			case <-time.After(10 * time.Second):
-				t.Errorf("poller did not stop")
-			}
-		})
-	}
-	t.Cleanup(o.stop)
+	o.stop = startPoller(t, p)
 	o.send(16)
 	waitFor(t, 10*time.Second, "16 delivered", func() bool { return o.delivered() == 16 })
 	o.mu.Lock()
