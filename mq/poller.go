@@ -475,9 +475,8 @@ func (l *loop) step() {
 		l.closeDeferred()
 	}
 	if ok, retry := l.p.mayPoll(l.known); !ok {
-		if _, ok := l.p.deferredFor(); ok {
-			l.closeDeferred() // what holds it back may be theirs
-			return
+		if waited, ok := l.p.deferredFor(); ok && (retry == 0 || retry > l.p.cfg.PollWait-waited) {
+			retry = max(l.p.cfg.PollWait-waited, time.Millisecond) // their bound (see above)
 		}
 		l.waitRoom(retry)
 		return
