@@ -475,8 +475,12 @@ func (l *loop) step() {
 		l.closeDeferred()
 	}
 	if ok, retry := l.p.mayPoll(l.known); !ok {
-		if waited, ok := l.p.deferredFor(); ok && (retry == 0 || retry > l.p.cfg.PollWait-waited) {
-			retry = max(l.p.cfg.PollWait-waited, time.Millisecond) // their bound (see above)
+		if _, ok := l.p.deferredFor(); ok {
+			// Sent now, not with the last running batch: the two
+			// measured alike, this way 0.5 % ahead (BENCHMARKS.md,
+			// seventh session).
+			l.closeDeferred()
+			return
 		}
 		l.waitRoom(retry)
 		return
