@@ -129,6 +129,8 @@ func (f *FakeBatcher) RunsOf(key float32) int {
 type GatedRunner struct {
 	F    *FakeBatcher
 	Gate chan struct{}
+	// AtGate counts the batches waiting at Gate.
+	AtGate atomic.Int32
 
 	mu      sync.Mutex
 	order   []float32
@@ -137,7 +139,9 @@ type GatedRunner struct {
 
 func (r *GatedRunner) RunBatch(ctx context.Context, items []batch.Item) []batch.ItemResult {
 	if r.Gate != nil {
+		r.AtGate.Add(1)
 		<-r.Gate
+		r.AtGate.Add(-1)
 	}
 	res := make([]batch.ItemResult, len(items))
 	var keys []float32
