@@ -180,10 +180,11 @@ type txn struct {
 	// strayed: how many strays it may hold unseen (Poller.strayedOpen);
 	// set before the messages are handed out.
 	strayed int
-	// deferred: every message is settled and the settlements wait for a
-	// quiet moment (Poller.deferClose); Poller.mu.
-	deferred bool
-	polledAt time.Time // when the poll returned; Poller.mu
+	// deferredAt: every message is settled and the settlements wait, since
+	// then, for a quiet moment (Poller.deferClose); zero otherwise.
+	// Poller.mu.
+	deferredAt time.Time
+	polledAt   time.Time // when the poll returned; Poller.mu
 }
 
 // settle records one message's settlement; the last one of the batch sends

@@ -245,12 +245,9 @@ type Poller struct {
 	overlapGen int
 	// deferred are the batches whose every message is settled while
 	// another batch was running, whose settlements wait for a quiet moment
-	// (see deferClose); deferredHeld is how many messages they hold,
-	// deferredSince when the oldest was deferred.
-	deferred      []*txn
-	deferredHeld  int
-	deferredSince time.Time
-	room          chan struct{} // signalled when a message is settled
+	// (see deferClose), oldest first.
+	deferred []*txn
+	room     chan struct{} // signalled when a message is settled
 	// completedAt is when a batch last completed (unix ns; see
 	// SettleGrace and FollowWithin).
 	completedAt atomic.Int64
@@ -479,11 +476,11 @@ func (l *loop) step() {
 		l.takeAside(a)
 	default:
 	}
-	if waited, ok := l.p.deferredFor(); l.quiet || ok && waited >= l.p.cfg.PollWait {
+	if since, ok := l.p.oldestDeferred(); l.quiet || ok && time.Since(since) >= l.p.cfg.PollWait {
 		l.closeDeferred()
 	}
 	if ok, retry := l.p.mayPoll(l.known); !ok {
-		if _, ok := l.p.deferredFor(); ok {
+		if _, ok := l.p.oldestDeferred(); ok {
 			// Sent now, not with the last running batch: the two
 			// measured alike, this way 0.5 % ahead (BENCHMARKS.md,
 			// seventh session).
@@ -582,14 +579,13 @@ func (l *loop) look() bool {
 func (p *Poller) deferClose(t *txn) (later bool, with []*txn) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	running := p.held - p.deferredHeld - len(t.resp.Messages)
+	running := p.held - len(t.resp.Messages)
+	for _, d := range p.deferred {
+		running -= len(d.resp.Messages)
+	}
 	if running > 0 && !t.pc.retired && !t.pc.leftOpen.Load() {
-		if len(p.deferred) == 0 {
-			p.deferredSince = time.Now()
-		}
-		t.deferred = true
+		t.deferredAt = time.Now()
 		p.deferred = append(p.deferred, t)
-		p.deferredHeld += len(t.resp.Messages)
 		return true, nil
 	}
 	return false, p.takeDeferredLocked(nil)
@@ -611,8 +607,7 @@ func (p *Poller) takeDeferredLocked(pc *pollClient) []*txn {
 			kept = append(kept, t)
 			continue
 		}
-		t.deferred = false
-		p.deferredHeld -= len(t.resp.Messages)
+		t.deferredAt = time.Time{}
 		taken = append(taken, t)
 	}
 	clear(p.deferred[len(kept):])
@@ -620,12 +615,15 @@ func (p *Poller) takeDeferredLocked(pc *pollClient) []*txn {
 	return taken
 }
 
-// deferredFor reports how long the oldest waiting batch has waited (see
-// deferClose); false when none waits.
-func (p *Poller) deferredFor() (time.Duration, bool) {
+// oldestDeferred reports since when the oldest batch whose settlements
+// wait (see deferClose) has waited; false when none waits.
+func (p *Poller) oldestDeferred() (time.Time, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return time.Since(p.deferredSince), len(p.deferred) > 0
+	if len(p.deferred) == 0 {
+		return time.Time{}, false
+	}
+	return p.deferred[0].deferredAt, true
 }
 
 // overlapShort notes a poll made beside an open batch that came back
@@ -649,7 +647,7 @@ func (p *Poller) holding() (time.Duration, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, t := range p.batches {
-		if !t.deferred {
+		if t.deferredAt.IsZero() {
 			return time.Since(t.polledAt), true
 		}
 	}
@@ -892,17 +890,9 @@ func (l *loop) setCount(a asideCount) {
 	held := l.p.held
 	l.p.mu.Unlock()
 	l.closing = a.err == nil && a.ok && a.q.Waiting-int64(held) > int64(l.known)
-	if l.known == 0 && a.err == nil {
-		l.quiet = l.quiet || l.p.deferredBefore(a.at)
+	if since, ok := l.p.oldestDeferred(); ok && l.known == 0 && a.err == nil && since.Before(a.at) {
+		l.quiet = true
 	}
-}
-
-// deferredBefore reports whether a batch waits to be closed (see
-// deferClose) since before at.
-func (p *Poller) deferredBefore(at time.Time) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.deferred) > 0 && p.deferredSince.Before(at)
 }
 
 // closeDeferred sends the settlements of the batches that wait (see
@@ -930,11 +920,10 @@ func (l *loop) closeDeferred() {
 	}
 	at := time.Now()
 	q, ok, err := p.queueInfo(l.ctx)
-	p.mu.Lock()
-	held := p.held
-	p.mu.Unlock()
-	clean := err == nil && ok && (q.Waiting <= int64(held) || q.LastSequence > 0 && p.seen.missing(uint64(q.LastSequence)) == 0)
 	l.setCount(asideCount{q: q, ok: ok, err: err, at: at})
+	// Nothing waits beyond what the Poller holds (nothing to poll, nor
+	// pending elsewhere), or every sequence stored was received.
+	clean := err == nil && ok && (l.known == 0 && !l.closing || q.LastSequence > 0 && p.seen.missing(uint64(q.LastSequence)) == 0)
 	if !clean {
 		p.loudCloses.Add(1)
 		return

@@ -180,7 +180,7 @@ func TestPollerNoPollBesideAStrandingClose(t *testing.T) {
 func TestPollerSendsWaitingSettlementsAtAHardStop(t *testing.T) {
 	o := newOverlapping(t, PollerConfig{MaxInFlight: 64, OverlapAfter: time.Minute, DrainTimeout: 200 * time.Millisecond}, nil)
 	ack(t, o.held[0])
-	if _, waits := o.p.deferredFor(); !waits {
+	if _, waits := o.p.oldestDeferred(); !waits {
 		t.Fatal("the first batch's settlements went out at once; the test needs them waiting")
 	}
 	o.stop()
@@ -226,79 +226,43 @@ func TestPollerCountsAgainWhileACloseIsUnderWay(t *testing.T) {
 		{"a few to poll", 4},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			tg := targets(t, fastBroker())[0]
-			conn := dial(t, tg)
-			ch := chanName(t)
 			var (
-				mu    sync.Mutex
-				got   [][]*Message
-				asks  []string
-				armed atomic.Bool
-				after atomic.Bool
+				o            *overlapping
+				armed, after atomic.Bool
+				mu           sync.Mutex
+				asks         []string
 			)
-			delivered := func() (n int) {
-				mu.Lock()
-				defer mu.Unlock()
-				for _, b := range got {
-					n += len(b)
+			o = newOverlapping(t, PollerConfig{OverlapAfter: time.Minute}, func(p *Poller) {
+				p.countHook = func(q *QueueInfo) {
+					if armed.CompareAndSwap(true, false) {
+						o.send(8)       // the burst, after the count was answered
+						q.Waiting += 16 // the completed batch, still counted
+					}
 				}
-				return n
-			}
-			send := func(prefix string, n int) {
-				out := make([]OutMessage, n)
-				for i := range out {
-					out[i] = OutMessage{Channel: ch, Body: fmt.Appendf(nil, "%s%d", prefix, i)}
+				p.beforePoll = func(ask int, beside, counted bool) {
+					if after.Load() {
+						mu.Lock()
+						asks = append(asks, fmt.Sprintf("%d counted=%v", ask, counted))
+						mu.Unlock()
+					}
 				}
-				if err := conn.Sender().Send(context.Background(), out...); err != nil {
-					t.Error(err)
-				}
-			}
-			p, err := conn.NewPoller(PollerConfig{
-				Channel: ch, MaxItems: 64, OverlapAfter: time.Minute,
-				Deliver: func(ctx context.Context, batch []*Message) error {
-					mu.Lock()
-					got = append(got, batch)
-					mu.Unlock()
-					return nil
-				},
 			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			p.countHook = func(q *QueueInfo) {
-				if armed.CompareAndSwap(true, false) {
-					send("burst", 8)
-					q.Waiting += 16 // the completed batch, still counted
-				}
-			}
-			p.beforePoll = func(ask int, beside, counted bool) {
-				if after.Load() {
-					mu.Lock()
-					asks = append(asks, fmt.Sprintf("%d counted=%v", ask, counted))
-					mu.Unlock()
-				}
-			}
-			startPoller(t, p)
-			sendN(t, conn.Sender(), ch, 16)
-			waitFor(t, 10*time.Second, "16 delivered", func() bool { return delivered() == 16 })
 			if c.early > 0 {
-				send("early", c.early) // no count while the batches are open (OverlapAfter)
+				o.send(c.early) // no count while the batches are open (OverlapAfter)
 			}
 			armed.Store(true)
 			after.Store(true)
-			mu.Lock()
-			first := slices.Concat(got...)
-			mu.Unlock()
-			ack(t, first)
+			for _, b := range o.held {
+				ack(t, b)
+			}
 			all := 24 + c.early
-			waitFor(t, 10*time.Second, "the burst delivered", func() bool { return delivered() == all })
+			waitFor(t, 10*time.Second, "the burst delivered", func() bool { return o.delivered() == all })
 			mu.Lock()
 			if want := fmt.Sprintf("%d counted=true", 8+c.early); len(asks) == 0 || asks[0] != want {
 				t.Errorf("polls after the completion: %v; want %s first", asks, want)
 			}
-			rest := slices.Concat(got...)[16:]
 			mu.Unlock()
-			ack(t, rest)
+			o.ackAll()
 		})
 	}
 }
