@@ -155,13 +155,13 @@ func BenchmarkEvents(b *testing.B) {
 }
 
 // BenchmarkRemoveRecord measures removing a per-task result record that is
-// there: the one-message auto-ack receive (ReceiveOne) against TakeHead's
+// there: the one-message auto-ack receive (ReceiveOne) against TakeWhile's
 // peek and receive, which never keeps a message it has not checked. Each
 // iteration writes the record (not timed) and removes it.
 func BenchmarkRemoveRecord(b *testing.B) {
 	body := make([]byte, 200)
 	for _, tg := range targets(b, fastBroker()) {
-		for _, how := range []string{"receive-one", "take-head"} {
+		for _, how := range []string{"receive-one", "take-while"} {
 			b.Run(tg.name+"/"+how, func(b *testing.B) {
 				c := benchConn(b, tg)
 				ch := chanName(b)
@@ -178,7 +178,9 @@ func BenchmarkRemoveRecord(b *testing.B) {
 					if how == "receive-one" {
 						found, err = c.ReceiveOne(ctx, ch, time.Second)
 					} else {
-						_, found, err = c.TakeHead(ctx, ch, time.Second, all)
+						var n int
+						_, n, err = c.TakeWhile(ctx, ch, time.Second, 1, all)
+						found = n == 1
 					}
 					if err != nil || !found {
 						b.Fatalf("%s: found %v, %v", how, found, err)

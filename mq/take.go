@@ -6,60 +6,114 @@ import (
 	"time"
 )
 
-// TakeHead removes the oldest message of channel when take accepts that
-// very message, and returns the oldest message it saw (nil when the
-// channel held none within wait) and whether it removed it.
+// TakeWhile removes the oldest messages of channel, one at a time, while
+// take accepts them, at most max, and returns the oldest message left (nil
+// when the channel held none within wait, or max were taken) and how many
+// it removed. A message is removed only when take accepts that very message.
 //
-// It peeks first (the legacy peek, waiting up to wait, whole seconds, at
-// least 1, when the channel is empty); a head that take refuses is left
-// untouched. A head take accepts is then received (the legacy one-message
-// receive, acked on receipt) and take is asked again about the message
-// received: the head can change between the two calls, when another client
-// purged the channel and wrote a new message (the Python adapter's soft
-// cancel, KUBEMQ.md trap 24). A received message take refuses is written
-// back at once, body, metadata, tags, policy and the expiry it had left,
-// as a new message: it is gone for that moment only, and it is never
-// consumed. The peek, the receive and a purge of the channel are served
-// one at a time by the broker (fact 28), so this happens only when a purge
-// slips in between them; a peek sent during a purge waits for it.
+// Each step peeks the head (waiting up to wait, whole seconds, at least 1,
+// only when the channel is empty); a head take accepts is then received
+// (acked on receipt) and asked about again: a purge and a new write can
+// slip in between the two calls (the Python adapter's soft cancel, KUBEMQ.md
+// trap 24), and a received message take refuses is written back at once as
+// a new message (body, metadata, tags, policy, the expiry it had left). Both
+// calls are legacy calls, outside the broker's shared stream poll pool
+// (trap 11) and served one at a time with every reader's peek (fact 28).
 //
-// Both calls go around the broker's shared stream poll pool (trap 11) and
-// are serialised with every other legacy peek of the channel, so readers
-// polling it do not move the message about (facts 22, 26), as they do
-// around a legacy stream receive (fact 44). When the head is gone by the
-// time of the receive, TakeHead peeks once more. Safe for concurrent use;
-// ctx bounds the call.
-func (c *Conn) TakeHead(ctx context.Context, channel string, wait time.Duration, take func(*Message) bool) (*Message, bool, error) {
-	for round := 0; ; round++ {
+// A peek may show a later message while an older one is held by a reader's
+// peek that is closing (facts 22, 26, 48): a refused head is the oldest
+// only when every smaller sequence of the channel is accounted for, as a
+// message this call received or, by a count, as gone. Until then TakeWhile
+// peeks again, with pauses that add up to about a second, and returns the
+// head it saw when the count still disagrees. Safe for concurrent use; ctx
+// bounds the call.
+func (c *Conn) TakeWhile(ctx context.Context, channel string, wait time.Duration, max int, take func(*Message) bool) (*Message, int, error) {
+	var (
+		taken, detours int
+		received       = map[uint64]bool{} // sequences this call received
+		pause          = firstConfirmPause
+	)
+	for taken < max {
 		raw, err := c.peek(ctx, channel, 1, wait)
 		if err != nil || len(raw) == 0 {
-			return nil, false, err
+			return nil, taken, err
 		}
 		head := fromPB(raw[0])
 		if !take(head) {
-			return head, false, nil
+			ok, err := c.isOldest(ctx, channel, head, received)
+			if err != nil || ok || pause > lastConfirmPause {
+				return head, taken, err
+			}
+			if err := sleepCtx(ctx, pause); err != nil {
+				return head, taken, err
+			}
+			pause *= 2
+			continue
 		}
 		got, err := c.receive(ctx, "take head of", channel, 1, wait, false)
 		if err != nil {
-			return nil, false, err
+			return nil, taken, err
 		}
+		var m *Message
 		if len(got) > 0 {
-			m := fromPB(got[0])
+			m = fromPB(got[0])
+			received[m.Sequence] = true
 			if take(m) {
-				return m, true, nil
+				taken++
+				continue
 			}
 			if err := c.putBack(ctx, channel, m); err != nil {
-				return m, false, err
+				return nil, taken, err
 			}
-			return m, false, nil
 		}
-		if round > 0 {
-			return nil, false, nil
+		// The head went between the peek and the receive (a purge, trap
+		// 24; a peek waits for a running purge), or another message came
+		// instead: look again, a bounded number of times.
+		if detours++; detours >= max {
+			return m, taken, nil
 		}
-		// The head went between the peek and the receive: another
-		// client took it, such as a purge (trap 24). Look once more: a
-		// peek waits for a running purge to end (fact 28), then sees
-		// what its client writes next.
+	}
+	return nil, taken, nil
+}
+
+// The pauses of TakeWhile while a refused head may not be the oldest: a
+// closing peek hands its message back at once when no other member of the
+// channel's group is open, else after a 100 ms timer (fact 26).
+const (
+	firstConfirmPause = 10 * time.Millisecond
+	lastConfirmPause  = 640 * time.Millisecond
+)
+
+// isOldest reports whether head is the oldest message of channel: every
+// smaller sequence was received by this call, or a count finds no more
+// messages waiting than sequences from head's on (an older one still
+// waiting is held elsewhere, such as by a closing peek).
+func (c *Conn) isOldest(ctx context.Context, channel string, head *Message, received map[uint64]bool) (bool, error) {
+	below := 0
+	for seq := range received {
+		if seq < head.Sequence {
+			below++
+		}
+	}
+	if uint64(below)+1 >= head.Sequence {
+		return true, nil
+	}
+	q, ok, err := c.queueInfo(ctx, channel)
+	if err != nil || !ok {
+		return true, err
+	}
+	return q.Waiting <= q.LastSequence-int64(head.Sequence)+1, nil
+}
+
+// sleepCtx waits d, or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 

@@ -78,7 +78,7 @@ func (c *Conn) Peek(ctx context.Context, channel string, max int, wait time.Dura
 // ReceiveOne takes (auto-acks) one message from channel, waiting up to
 // wait (whole seconds, at least 1) for one, and reports whether it found
 // one. It takes whatever is oldest, unchecked: inferq's result store
-// removes old records with TakeHead instead, which never takes a record
+// removes old records with TakeWhile instead, which never takes a record
 // another writer put there (KUBEMQ.md trap 24). On an empty channel it
 // costs the whole wait. Do not use it on a channel whose record may have
 // expired (trap 8). Safe for concurrent use.

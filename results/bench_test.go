@@ -16,8 +16,8 @@ func (nopBroker) SendEventStore(context.Context, string, []byte, map[string]stri
 	return nil
 }
 func (nopBroker) SendQueue(context.Context, string, []byte, time.Duration, string) error { return nil }
-func (nopBroker) RemoveOld(context.Context, string, time.Duration, string) (Old, error) {
-	return OldOwn, nil
+func (nopBroker) RemoveOld(context.Context, string, time.Duration, string, int) (Old, int, error) {
+	return OldOwn, 0, nil
 }
 
 func BenchmarkPut(b *testing.B) {

@@ -36,25 +36,28 @@ type Broker interface {
 	// write of this writer is one the next supersedes; this write's is not.
 	SendQueue(ctx context.Context, channel string, body []byte, expiry time.Duration, write string) error
 
-	// RemoveOld removes the oldest message of the compat queue channel
-	// when, and only when, it is a record that the record of write (sent
-	// before with SendQueue) supersedes: one this writer wrote in another
-	// write (an earlier delivery's, or a try of this one that failed
-	// late), or a non-terminal one (the producer's PENDING). It says what
-	// it found; OldOwn when the oldest message is write's own record.
+	// RemoveOld removes, oldest first, the messages of the compat queue
+	// channel that the record of write (sent before with SendQueue)
+	// supersedes: records this writer wrote in another write (an earlier
+	// delivery's, or a try of this one that failed late) and non-terminal
+	// ones (the producer's PENDING), at most max of them. It returns what
+	// then stands at the head (OldOwn when it is write's own record;
+	// OldRemoved when it stopped after max removals) and how many it
+	// removed.
+	//
 	// It must never remove any other message, not even one that arrives
 	// while it works (the Python adapter's soft cancel purges the channel
 	// and writes CANCELLED at any moment, KUBEMQ.md trap 24): the check
-	// must be on the message removed, not on one seen before (one
-	// removed by mistake is written back at once). It waits up to wait
-	// (at least the broker's 1 s floor) only when the channel is empty,
-	// which it is not after write's send unless a purge took that record.
-	// It must never purge the channel (AckAll blocks its whole wait and
-	// drops records written meanwhile), and must not wait in a
-	// queues_stream poll: a stream poll waiting on an empty channel holds
-	// one of the broker's shared poll slots and stalls other clients'
-	// polls (KUBEMQ.md trap 11). mq.Conn.TakeHead fits.
-	RemoveOld(ctx context.Context, channel string, wait time.Duration, write string) (Old, error)
+	// must be on the message removed, not on one seen before (one removed
+	// by mistake is written back at once). It must stop only at the true
+	// head: a peek can show a later message while a reader's closing peek
+	// holds an older one (KUBEMQ.md fact 48). It waits up to wait (at
+	// least the broker's 1 s floor) only when the channel is empty, which
+	// it is not after write's send unless a purge took that record. It
+	// must never purge the channel (AckAll blocks its whole wait and drops
+	// records written meanwhile), and must not wait in a queues_stream
+	// poll (KUBEMQ.md trap 11). mq.Conn.TakeWhile fits.
+	RemoveOld(ctx context.Context, channel string, wait time.Duration, write string, max int) (Old, int, error)
 }
 
 // Old is what Broker.RemoveOld found at the head of a compat channel.
@@ -63,8 +66,8 @@ type Old int
 const (
 	// OldNone: the channel held no message.
 	OldNone Old = iota
-	// OldRemoved: the oldest message was a record the next one
-	// supersedes, and it is gone.
+	// OldRemoved: the removal stopped after as many removals as it may
+	// make, and older records may still stand ahead.
 	OldRemoved
 	// OldFinal: the oldest message is a terminal record another writer
 	// put there, such as the producer's CANCELLED. It stands, and the

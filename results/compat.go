@@ -27,7 +27,7 @@ import (
 // tasks/s, the CPU idle, 18k of 110k unanswered after 10 minutes).
 //
 // Each write is named (a random id in the record's tags, Broker.SendQueue),
-// and the removal (Broker.RemoveOld, mq.Conn.TakeHead) takes the oldest
+// and the removal (Broker.RemoveOld, mq.Conn.TakeWhile) takes the oldest
 // message, one at a time, while it is a record this write supersedes: one
 // inferq wrote in another write (tagged task.TagWriter) or a non-terminal
 // one (PENDING). It stops at this write's own record, at a final record of
@@ -120,25 +120,21 @@ func (s *Store) removeOld(ctx context.Context, e Entry, ch, write string) error 
 		return fmt.Errorf("remove old records from %s: %w", ch, ctx.Err())
 	}
 	defer func() { <-s.removeSem }()
-	for range maxRemovals {
-		old, err := s.broker.RemoveOld(ctx, ch, s.cfg.RemoveWait, write)
-		if err != nil {
-			return fmt.Errorf("remove old records from %s: %w", ch, err)
-		}
-		switch old {
-		case OldRemoved:
-			continue
-		case OldFinal:
-			// The producer cancelled (or another writer finished) first:
-			// its record stands, and the result stays for lookups.
-			s.withheld.Add(1)
-			s.log.Info("result channel holds another writer's final record (the producer cancelled the task); it stands, and the result is kept for lookups only",
-				"entry", e, "channel", ch)
-		case OldNone, OldKept:
-			s.log.Debug("result channel's oldest message is no record of ours", "channel", ch, "found", old)
-		}
-		return nil
+	old, removed, err := s.broker.RemoveOld(ctx, ch, s.cfg.RemoveWait, write, maxRemovals)
+	if err != nil {
+		return fmt.Errorf("remove old records from %s: %w", ch, err)
 	}
-	s.log.Warn("result channel still holds older records after as many removals as one write makes; readers may see an older one", "entry", e, "channel", ch, "removed", maxRemovals)
+	switch old {
+	case OldRemoved:
+		s.log.Warn("result channel still holds older records after as many removals as one write makes; readers may see an older one", "entry", e, "channel", ch, "removed", removed)
+	case OldFinal:
+		// The producer cancelled (or another writer finished) first:
+		// its record stands, and the result stays for lookups.
+		s.withheld.Add(1)
+		s.log.Info("result channel holds another writer's final record (the producer cancelled the task); it stands, and the result is kept for lookups only",
+			"entry", e, "channel", ch)
+	case OldNone, OldKept:
+		s.log.Debug("result channel's oldest message is no record of ours", "channel", ch, "found", old)
+	}
 	return nil
 }

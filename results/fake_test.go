@@ -140,7 +140,19 @@ func (f *fakeBroker) SendQueue(ctx context.Context, ch string, body []byte, expi
 	return nil
 }
 
-func (f *fakeBroker) RemoveOld(ctx context.Context, ch string, wait time.Duration, write string) (Old, error) {
+func (f *fakeBroker) RemoveOld(ctx context.Context, ch string, wait time.Duration, write string, max int) (Old, int, error) {
+	for n := range max {
+		old, err := f.removeOne(ctx, ch, write)
+		if err != nil || old != OldRemoved {
+			return old, n, err
+		}
+	}
+	return OldRemoved, max, nil
+}
+
+// removeOne is one step of RemoveOld: it removes the oldest message when the
+// write supersedes it.
+func (f *fakeBroker) removeOne(ctx context.Context, ch string, write string) (Old, error) {
 	if err := ctx.Err(); err != nil {
 		return OldNone, err
 	}

@@ -110,7 +110,7 @@ func TestPutCompat(t *testing.T) {
 func TestFakeModelsTrap8(t *testing.T) {
 	fb := newFakeBroker()
 	fb.put("c", "PENDING", time.Now().Add(-time.Second))
-	if old, _ := fb.RemoveOld(context.Background(), "c", time.Second, "w"); old != OldNone {
+	if old, _, _ := fb.RemoveOld(context.Background(), "c", time.Second, "w", 1); old != OldNone {
 		t.Fatalf("found an expired record: %v", old)
 	}
 	_ = fb.SendQueue(context.Background(), "c", []byte("SUCCESS"), time.Hour, "w")

@@ -15,7 +15,7 @@ import (
 // sends for reply_to, queue sends with expiration for the compat channel
 // (tagged as inferq's records, task.TagWriter, and with the write's name,
 // task.TagWrite), and the removal of old records there, which takes the
-// channel's oldest message only when it is a record the write's supersedes
+// channel's oldest messages while they are records the write's supersedes
 // (task.Stand, and not the write's own) and never a producer's CANCELLED.
 func ResultsBroker(c *mq.Conn) results.Broker { return resultsBroker{c} }
 
@@ -32,24 +32,24 @@ func (b resultsBroker) SendQueue(ctx context.Context, channel string, body []byt
 	return classify(err)
 }
 
-func (b resultsBroker) RemoveOld(ctx context.Context, channel string, wait time.Duration, write string) (results.Old, error) {
+func (b resultsBroker) RemoveOld(ctx context.Context, channel string, wait time.Duration, write string, max int) (results.Old, int, error) {
 	own := func(m *mq.Message) bool { return m.Tags[task.TagWrite] == write }
-	head, took, err := b.c.TakeHead(ctx, channel, wait, func(m *mq.Message) bool {
+	head, taken, err := b.c.TakeWhile(ctx, channel, wait, max, func(m *mq.Message) bool {
 		return !own(m) && task.Stand(m.Tags, m.Body) == task.Superseded
 	})
 	switch {
 	case err != nil:
-		return results.OldNone, classify(err)
+		return results.OldNone, taken, classify(err)
+	case head == nil && taken == max:
+		return results.OldRemoved, taken, nil
 	case head == nil:
-		return results.OldNone, nil
-	case took:
-		return results.OldRemoved, nil
+		return results.OldNone, taken, nil
 	case own(head):
-		return results.OldOwn, nil
+		return results.OldOwn, taken, nil
 	case task.Stand(head.Tags, head.Body) == task.Final:
-		return results.OldFinal, nil
+		return results.OldFinal, taken, nil
 	}
-	return results.OldKept, nil
+	return results.OldKept, taken, nil
 }
 
 // classify marks an error that retrying cannot fix with backoff.Permanent,

@@ -29,7 +29,7 @@ func TestResultsBrokerRefusalsArePermanent(t *testing.T) {
 		for op, call := range map[string]func() error{
 			"events store": func() error { return rb.SendEventStore(ctx, ch, []byte(`{}`), nil) },
 			"queue":        func() error { return rb.SendQueue(ctx, ch, []byte(`{}`), time.Hour, "w") },
-			"remove old":   func() error { _, err := rb.RemoveOld(ctx, ch, time.Second, "w"); return err },
+			"remove old":   func() error { _, _, err := rb.RemoveOld(ctx, ch, time.Second, "w", 8); return err },
 		} {
 			err := call()
 			var perm *backoff.PermanentError
