@@ -31,7 +31,7 @@ ORT_GPU_FILES := \
 
 MODELS_DIR ?= data/models
 
-.PHONY: setup setup-gpu build test chaos nocgo lint run examples clean
+.PHONY: setup setup-gpu build test test-real chaos nocgo lint run examples clean
 
 ## setup: fetch onnxruntime's shared library into lib/ (skipped when present and matching)
 setup:
@@ -116,6 +116,12 @@ test: setup nocgo
 	$(GO) -C $(TYPECHECK) test -timeout 5m ./...
 	$(GO) test -race -timeout 12m ./...
 	$(GO) test -count=1 -timeout 5m -run '^($(SDK_RACE_TESTS))$$' ./consumer/ ./mq/ ./client/ ./cmd/inferq/
+	@if [ -x ../shared/kubemq/start.sh ]; then echo "test: the real-broker leg is not part of make test: make test-real runs it on ../shared/kubemq"; \
+	else echo "test: the real-broker leg was skipped: there is no ../shared/kubemq here (make test-real runs it where there is)"; fi
+
+## test-real: the real-broker leg: start ../shared/kubemq's KubeMQ, run every test that takes KUBEMQ_ADDRESS against it, stop it (skipped where ../shared/kubemq is absent)
+test-real:
+	GO=$(GO) scripts/test-real.sh
 
 ## chaos: the chaos harness in full (issue 11: 20k tasks, a 100k hostile flood, 30 s outages; the short form runs in `make test`); KUBEMQ_ADDRESS=host:port runs it against a real KubeMQ
 chaos: setup
