@@ -9,7 +9,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"slices"
 	"strconv"
@@ -331,6 +333,53 @@ func TestEventsStreamSend(t *testing.T) {
 			}
 		case <-time.After(5 * time.Second):
 			t.Errorf("no error for an empty event")
+		}
+	})
+}
+
+// TestPlainEventsOnAStreamAreAnsweredOnlyWhenRefused: fact 42. On a
+// SendEventsStream the broker answers a plain event only when it refuses it
+// (an events store event always), and ends the call once the client closed
+// its side and everything before was read. What mq.EventStream relies on:
+// it waits for no answer, reports what comes back as a refusal, and ends
+// with CloseSend.
+func TestPlainEventsOnAStreamAreAnsweredOnlyWhenRefused(t *testing.T) {
+	t.Parallel()
+	forEachTarget(t, func(t *testing.T, tg *target) {
+		ctx, cancel := context.WithTimeout(psCtx(t), 20*time.Second)
+		defer cancel()
+		stream, err := psRaw(t, tg).SendEventsStream(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ch, id := channel(t, "ev"), psID("plain")
+		for i := range 50 {
+			if err := stream.Send(&pb.Event{EventID: fmt.Sprint("ok-", i), ClientID: id, Channel: ch, Body: []byte("x")}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := stream.Send(&pb.Event{EventID: "empty", ClientID: id, Channel: ch}); err != nil {
+			t.Fatal(err)
+		}
+		if err := stream.Send(&pb.Event{EventID: "stored", ClientID: id, Channel: ch, Body: []byte("x"), Store: true}); err != nil {
+			t.Fatal(err)
+		}
+		if err := stream.CloseSend(); err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]*pb.Result{}
+		for {
+			res, err := stream.Recv()
+			if err != nil {
+				if !errors.Is(err, io.EOF) {
+					t.Fatalf("recv: %v (answers so far %v)", err, got)
+				}
+				break
+			}
+			got[res.EventID] = res
+		}
+		if len(got) != 2 || got["empty"] == nil || got["empty"].Sent || got["stored"] == nil || !got["stored"].Sent {
+			t.Errorf("answers: %v; want a refusal of \"empty\" and a receipt of \"stored\" only", got)
 		}
 	})
 }

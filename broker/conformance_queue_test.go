@@ -162,16 +162,22 @@ func peekQ(t *testing.T, ctx context.Context, c *kubemq.QueuesClient, ch string,
 // waitingQ reports QueuesInfo's Waiting for ch (0 when it is not listed).
 func waitingQ(t *testing.T, ctx context.Context, c *qs.QueuesStreamClient, ch string) int64 {
 	t.Helper()
+	return infoQ(t, ctx, c, ch).Waiting
+}
+
+// infoQ reports QueuesInfo's counters for ch (zero when it is not listed).
+func infoQ(t *testing.T, ctx context.Context, c *qs.QueuesStreamClient, ch string) qs.QueueInfo {
+	t.Helper()
 	info, err := c.QueuesInfo(ctx, ch)
 	if err != nil {
 		t.Fatalf("queues info: %v", err)
 	}
 	for _, q := range info.Queues {
 		if q.Name == ch {
-			return q.Waiting
+			return *q
 		}
 	}
-	return 0
+	return qs.QueueInfo{}
 }
 
 // queueEnv is what a conformance row gets: its target and a pool of
@@ -264,6 +270,11 @@ var queueRows = []struct {
 	{"PartSettledBatchStrands", 1, rowQueuePartSettledBatchStrands},
 	{"ClosedBatchStraysForcedOnNextPoll", 1, rowQueueClosedBatchStraysForcedOnNextPoll},
 	{"ShortPollKeepsItsRoom", 1, rowQueueShortPollKeepsItsRoom},
+	{"ClosingBatchStraysGoToAFullOpenBatch", 1, rowQueueClosingBatchStraysGoToAFullOpenBatch},
+	{"BatchClosedWhileNothingWaitsStrandsNothing", 1, rowQueueBatchClosedWhileNothingWaitsStrandsNothing},
+	{"PeekThenReceiveTakesWhatThePeekSaw", 0, rowQueuePeekThenReceiveTakesWhatThePeekSaw},
+	{"BadNamesRefusedOnSendAndPeek", 1, rowQueueBadNamesRefusedOnSendAndPeek},
+	{"SequencesCountFromOneAndWaitingDropsOnReceive", 1, rowQueueSequencesCountFromOne},
 }
 
 // TestQueueConformance runs the queue rows against each target, in
@@ -893,4 +904,190 @@ func rowQueueShortPollKeepsItsRoom(t *testing.T, e *queueEnv) {
 	pollShort(t, ctx, c, ch, 1, "poll beside the short batch (b0 in its room)")
 	ackAllQ(t, a, "a")
 	strandedBack(t, ctx, c, ch, "b0", "poll after the short batch completed")
+}
+
+// rowQueueClosingBatchStraysGoToAFullOpenBatch: fact 40. A batch's last
+// settlement frees its room, the broker fills it from the queue before the
+// batch closes, and the close hands what it holds to another open batch of
+// the channel whatever that one's room: a full batch beside it holds the
+// stray, unseen by a later poll beside both, until it completes. Why a busy
+// channel has one open batch at a time (mq.Poller, consumer's pipe and
+// spread, results' compat writes). And what mq.Poller's count after such a
+// close relies on (facts 39, 45, 47): Waiting counts the stray, and the
+// channel's sequences number its messages one by one, LastSequence the last
+// stored, so the stray shows as a sequence never received.
+//
+// On KubeMQ the handed-over stray is redelivered 100 ms after the close
+// (fact 26), to a poll beside that waits then, else back to the full batch,
+// which drops it until it completes; the embedded broker holds it in the
+// full batch at once. Nothing in inferq polls beside such a close, so the
+// row polls beside only once that timer is past.
+func rowQueueClosingBatchStraysGoToAFullOpenBatch(t *testing.T, e *queueEnv) {
+	c, ctx := e.stream(t)
+	ch, sync := channel(t, "q"), channel(t, "sync")
+	sendQ(t, ctx, c, qmsg(ch, "a0"), qmsg(ch, "a1"), qmsg(ch, "b0"), qmsg(sync, "s"))
+	a := pollWant(t, ctx, c, ch, 2, 2000, "poll a (full: no room left)", "a0", "a1")
+	b := pollWant(t, ctx, c, ch, 1, 2000, "poll b beside a", "b0")
+	var seqs []uint64
+	for _, m := range append(a.Messages, b.Messages...) {
+		seqs = append(seqs, m.Attributes.Sequence)
+	}
+	if seqs[1] != seqs[0]+1 || seqs[2] != seqs[1]+1 {
+		t.Fatalf("sequences of a0 a1 b0 = %v, want consecutive", seqs)
+	}
+	// x waits while both batches are full; b's settlement makes room for
+	// it, and b's close moves it into a. A poll on this stream is served
+	// once b is closed (fact 21).
+	sendQ(t, ctx, c, qmsg(ch, "x"))
+	ackAllQ(t, b, "b")
+	ackAllQ(t, pollWant(t, ctx, c, sync, 1, 2000, "poll after b's settlement", "s"), "s")
+	time.Sleep(300 * time.Millisecond) // past KubeMQ's 100 ms redelivery of x
+	pollShort(t, ctx, c, ch, 1, "poll beside a (x held in a)")
+	info := infoQ(t, ctx, c, ch)
+	if info.Waiting != 3 {
+		t.Errorf("waiting = %d with a0 a1 held and x stranded in a, want 3", info.Waiting)
+	}
+	if want := int64(seqs[2]) + 1; info.LastSequence != want {
+		t.Errorf("LastSequence = %d, want %d (x, stored after b0 and never received)", info.LastSequence, want)
+	}
+	ackAllQ(t, a, "a")
+	strandedBack(t, ctx, c, ch, "x", "poll after a completed")
+}
+
+// rowQueueBatchClosedWhileNothingWaitsStrandsNothing: fact 47. A batch
+// that completes beside a full open batch while nothing waits in the queue
+// strands nothing, and a count then finds every stored sequence received
+// and nothing waiting beyond the open batch: mq.Poller's quiet close, after
+// which it polls beside the open batch again. The next message goes to the
+// next poll at once.
+func rowQueueBatchClosedWhileNothingWaitsStrandsNothing(t *testing.T, e *queueEnv) {
+	c, ctx := e.stream(t)
+	ch, sync := channel(t, "q"), channel(t, "sync")
+	sendQ(t, ctx, c, qmsg(ch, "a0"), qmsg(ch, "a1"), qmsg(ch, "b0"), qmsg(sync, "s"))
+	a := pollWant(t, ctx, c, ch, 2, 2000, "poll a (full: no room left)", "a0", "a1")
+	b := pollWant(t, ctx, c, ch, 1, 2000, "poll b beside a", "b0")
+	ackAllQ(t, b, "b")
+	// A poll on this stream is served once b is closed (fact 21).
+	ackAllQ(t, pollWant(t, ctx, c, sync, 1, 2000, "poll after b's settlement", "s"), "s")
+	info := infoQ(t, ctx, c, ch)
+	if info.Waiting != 2 || info.LastSequence != int64(b.Messages[0].Attributes.Sequence) {
+		t.Errorf("count after b closed: waiting %d, LastSequence %d; want 2 (a's) and %d (b0's): nothing stranded",
+			info.Waiting, info.LastSequence, b.Messages[0].Attributes.Sequence)
+	}
+	sendQ(t, ctx, c, qmsg(ch, "c0"))
+	start := time.Now()
+	r := pollWant(t, ctx, c, ch, 1, 2000, "poll beside a after b closed", "c0")
+	if took := time.Since(start); took > 500*time.Millisecond {
+		t.Errorf("poll of c0 took %v, want at once", took)
+	}
+	ackAllQ(t, r, "c0")
+	ackAllQ(t, a, "a")
+}
+
+// rowQueuePeekThenReceiveTakesWhatThePeekSaw: facts 22, 26, 44. With no
+// batch of the channel open, a legacy peek leaves what it saw at the head
+// of the queue (its close hands it back to the group at once), so the
+// legacy receive that follows takes that very message, uncounted before,
+// and the rest stays. What mq.Conn.TakeWhile relies on.
+func rowQueuePeekThenReceiveTakesWhatThePeekSaw(t *testing.T, e *queueEnv) {
+	lc, ctx := e.legacy(t)
+	ch := channel(t, "q")
+	res, err := lc.Batch(ctx, []*kubemq.QueueMessage{
+		kubemq.NewQueueMessage().SetChannel(ch).SetBody([]byte("r0")),
+		kubemq.NewQueueMessage().SetChannel(ch).SetBody([]byte("r1")),
+	})
+	if err != nil || len(res) != 2 || res[0].IsError || res[1].IsError {
+		t.Fatalf("batch send: %v %v", res, err)
+	}
+	for _, want := range []string{"r0", "r1"} {
+		p := peekQ(t, ctx, lc, ch, 1)
+		if len(p.Messages) != 1 || string(p.Messages[0].Body) != want {
+			t.Fatalf("peek = %d messages, want %s", len(p.Messages), want)
+		}
+		got, err := lc.Pull(ctx, kubemq.NewReceiveQueueMessagesRequest().SetChannel(ch).
+			SetMaxNumberOfMessages(1).SetWaitTimeSeconds(1))
+		if err != nil || got.IsError {
+			t.Fatalf("receive: %v %v", got, err)
+		}
+		if len(got.Messages) != 1 || string(got.Messages[0].Body) != want {
+			t.Fatalf("receive after a peek of %s got %d messages (%v), want %s", want, len(got.Messages), got.Messages, want)
+		}
+		if rc := got.Messages[0].Attributes.ReceiveCount; rc != 1 {
+			t.Errorf("%s: ReceiveCount %d after a peek and a receive, want 1", want, rc)
+		}
+	}
+}
+
+// rowQueueSequencesCountFromOne: fact 48. A channel's sequences start at 1
+// and grow by one per message stored; a legacy receive lowers Waiting and
+// leaves LastSequence. mq.Conn.TakeWhile counts on it: a peeked head with
+// sequence s is the oldest when every smaller sequence was received, or
+// when Waiting is no more than LastSequence - s + 1.
+func rowQueueSequencesCountFromOne(t *testing.T, e *queueEnv) {
+	c, ctx := e.stream(t)
+	lc, lctx := e.legacy(t)
+	ch := channel(t, "q")
+	sendQ(t, ctx, c, qmsg(ch, "s0"), qmsg(ch, "s1"), qmsg(ch, "s2"))
+	p := peekQ(t, lctx, lc, ch, 3)
+	for i, m := range p.Messages {
+		if m.Attributes.Sequence != uint64(i+1) {
+			t.Errorf("message %d (%s) has sequence %d, want %d", i, m.Body, m.Attributes.Sequence, i+1)
+		}
+	}
+	got, err := lc.Pull(lctx, kubemq.NewReceiveQueueMessagesRequest().SetChannel(ch).
+		SetMaxNumberOfMessages(1).SetWaitTimeSeconds(1))
+	if err != nil || got.IsError || len(got.Messages) != 1 {
+		t.Fatalf("receive: %v %v", got, err)
+	}
+	waitFor(t, 3*time.Second, "Waiting 2 and LastSequence 3 after a receive", func() bool {
+		q := infoQ(t, ctx, c, ch)
+		return q.Waiting == 2 && q.LastSequence == 3
+	})
+	if q := infoQ(t, ctx, c, ch); q.Waiting != 2 || q.LastSequence != 3 {
+		t.Errorf("after one receive of three: Waiting %d, LastSequence %d; want 2 and 3", q.Waiting, q.LastSequence)
+	}
+}
+
+// refusedNameText reports whether text is one of the broker's refusals of
+// a channel name that mq.ErrRefused recognises (mq/errors.go refusedName).
+func refusedNameText(text string) bool {
+	m := strings.ToLower(text)
+	for _, code := range []string{"error 102:", "error 107:", "error 108:", "error 119:", "error 120:"} {
+		if strings.Contains(m, code) {
+			return true
+		}
+	}
+	return strings.Contains(m, "invalid queue name") || strings.Contains(m, "invalid channel value")
+}
+
+// rowQueueBadNamesRefusedOnSendAndPeek: trap 19. A queue name with a
+// space, '*', '>' or a trailing '.' is refused, with a text that names the
+// refusal, by every queue call inferq makes with a name it was given: the
+// stream send, the legacy send and the legacy peek (polls:
+// BadPollRequests). mq maps those texts to ErrRefused, which nothing
+// retries. (A newline, which damages the real broker, is left to
+// task.CheckName and to TestControlCharactersInChannelNames.)
+func rowQueueBadNamesRefusedOnSendAndPeek(t *testing.T, e *queueEnv) {
+	c, ctx := e.stream(t)
+	lc, lctx := e.legacy(t)
+	base := channel(t, "q")
+	for _, ch := range []string{"bad " + base, base + ".", base + ".*", base + ".>"} {
+		res, err := c.Send(ctx, qmsg(ch, "x"))
+		text := errText(err)
+		if err == nil && len(res.Results) == 1 {
+			text = res.Results[0].Error
+		}
+		if !refusedNameText(text) {
+			t.Errorf("stream send to %q: %v %v, want a refusal of the name", ch, res, err)
+		}
+		one, err := lc.Send(lctx, kubemq.NewQueueMessage().SetChannel(ch).SetBody([]byte("x")))
+		if err == nil && (one == nil || !one.IsError || !refusedNameText(one.Error)) || err != nil && !refusedNameText(errText(err)) {
+			t.Errorf("legacy send to %q: %v %v, want a refusal of the name", ch, one, err)
+		}
+		p, err := lc.Peek(lctx, kubemq.NewReceiveQueueMessagesRequest().SetChannel(ch).
+			SetMaxNumberOfMessages(1).SetWaitTimeSeconds(1))
+		if err == nil && (p == nil || !p.IsError || !refusedNameText(p.Error)) || err != nil && !refusedNameText(errText(err)) {
+			t.Errorf("peek of %q: %v %v, want a refusal of the name", ch, p, err)
+		}
+	}
 }

@@ -4,12 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	pb "github.com/kubemq-io/protobuf/go"
 )
 
 // subscribed subscribes to ch and waits until the subscription is in place
@@ -161,52 +158,5 @@ func TestEventStreamPublishHonoursContext(t *testing.T) {
 	}
 	if err := s.Publish(context.Background(), chanName(t), []byte("x"), nil); err != nil {
 		t.Errorf("publish after: %v", err)
-	}
-}
-
-// KUBEMQ.md fact 42: on a SendEventsStream the broker answers a plain
-// event only when it refuses it (an events store event always), and ends
-// the call once the client closed its side. The embedded broker does the
-// same.
-func TestPlainEventsOnAStreamAreAnsweredOnlyWhenRefused(t *testing.T) {
-	for _, tg := range targets(t, fastBroker()) {
-		t.Run(tg.name, func(t *testing.T) {
-			c := dial(t, tg)
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			stream, err := c.api.SendEventsStream(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ch := chanName(t)
-			for i := range 50 {
-				if err := stream.Send(&pb.Event{EventID: fmt.Sprint("ok-", i), ClientID: "mqtest", Channel: ch, Body: []byte("x")}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := stream.Send(&pb.Event{EventID: "empty", ClientID: "mqtest", Channel: ch}); err != nil {
-				t.Fatal(err)
-			}
-			if err := stream.Send(&pb.Event{EventID: "stored", ClientID: "mqtest", Channel: ch, Body: []byte("x"), Store: true}); err != nil {
-				t.Fatal(err)
-			}
-			if err := stream.CloseSend(); err != nil {
-				t.Fatal(err)
-			}
-			got := map[string]*pb.Result{}
-			for {
-				res, err := stream.Recv()
-				if err != nil {
-					if !errors.Is(err, io.EOF) {
-						t.Fatalf("recv: %v (answers so far %v)", err, got)
-					}
-					break
-				}
-				got[res.EventID] = res
-			}
-			if len(got) != 2 || got["empty"] == nil || got["empty"].Sent || got["stored"] == nil || !got["stored"].Sent {
-				t.Errorf("answers: %v; want a refusal of \"empty\" and a receipt of \"stored\" only", got)
-			}
-		})
 	}
 }
