@@ -120,7 +120,7 @@ test: setup nocgo
 	else echo "test: the real-broker leg was skipped: there is no ../shared/kubemq here (make test-real runs it where there is)"; fi
 
 ## test-real: the real-broker leg: start ../shared/kubemq's KubeMQ, run every test that takes KUBEMQ_ADDRESS against it, stop it (skipped where ../shared/kubemq is absent)
-test-real:
+test-real: setup
 	GO=$(GO) scripts/test-real.sh
 
 ## chaos: the chaos harness in full (issue 11: 20k tasks, a 100k hostile flood, 30 s outages; the short form runs in `make test`); KUBEMQ_ADDRESS=host:port runs it against a real KubeMQ

@@ -44,8 +44,11 @@ func testAdapterBurstResultsReachTheHead(t *testing.T, on brokerOpt) {
 			ids[i] = fmt.Sprintf("%s-%s-%04d", run, name, i)
 		}
 		start := time.Now()
-		adapterBurst(t, raw, h.q, ids)
-		stuck := readAsAdapter(t, raw, ids, sent)
+		var enqueued atomic.Int64
+		read := make(chan []string, 1)
+		go func() { read <- readAsAdapter(t, raw, ids, &enqueued, sent) }()
+		adapterBurst(t, raw, h.q, ids, &enqueued)
+		stuck := <-read
 		t.Logf("%s: %d tasks, %d one at a time and %d in one batch send; every head read in %v",
 			name, n, n/2, n-n/2, time.Since(start).Round(time.Millisecond))
 		for _, s := range stuck {
@@ -66,8 +69,9 @@ func testAdapterBurstResultsReachTheHead(t *testing.T, on brokerOpt) {
 // after its PENDING record (3600 s expiry, no tags) on its own result
 // channel: the first half one at a time (SendQueueMessage for the PENDING,
 // then for the task), the second half with every PENDING sent first and the
-// tasks in one SendQueueMessagesBatch.
-func adapterBurst(t *testing.T, raw pb.KubemqClient, queue string, ids []string) {
+// tasks in one SendQueueMessagesBatch. enqueued counts the tasks whose
+// PENDING is written.
+func adapterBurst(t *testing.T, raw pb.KubemqClient, queue string, ids []string, enqueued *atomic.Int64) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -93,11 +97,13 @@ func adapterBurst(t *testing.T, raw pb.KubemqClient, queue string, ids []string)
 	half := len(ids) / 2
 	for _, id := range ids[:half] {
 		send(pending(id))
+		enqueued.Add(1)
 		send(work(id))
 	}
 	batch := &pb.QueueMessagesBatchRequest{BatchID: "burst-" + ids[half]}
 	for _, id := range ids[half:] {
 		send(pending(id))
+		enqueued.Add(1)
 		batch.Messages = append(batch.Messages, work(id))
 	}
 	res, err := raw.SendQueueMessagesBatch(ctx, batch)
@@ -112,11 +118,13 @@ func adapterBurst(t *testing.T, raw pb.KubemqClient, queue string, ids []string)
 func adapterChannel(id string) string { return "rayserve-result-" + id }
 
 // readAsAdapter peeks the oldest message of each task's result channel, as
-// the adapter's get_result does (max 1 message), from a pool of readers,
-// until each shows a terminal record; then it peeks each head once more. It
-// returns a line for each task whose head was not terminal within
-// adapterBurstWithin of inferq's send of its record, or is no longer.
-func readAsAdapter(t *testing.T, raw pb.KubemqClient, ids []string, sent *sendTimes) []string {
+// the adapter's get_result does (max 1 message), from a pool of readers
+// that start with the burst (reading the first enqueued of ids), until each
+// shows a terminal record; then it peeks each head once more. It returns a
+// line for each task whose head was not terminal within adapterBurstWithin
+// of inferq's send of its record, or is no longer. It runs beside the test's
+// goroutine: it reports failures as its result, never with t.Fatal.
+func readAsAdapter(t *testing.T, raw pb.KubemqClient, ids []string, enqueued *atomic.Int64, sent *sendTimes) []string {
 	t.Helper()
 	const readers = 16
 	peek := func(ch string, max int32) ([]task.Status, error) {
@@ -149,8 +157,8 @@ func readAsAdapter(t *testing.T, raw pb.KubemqClient, ids []string, sent *sendTi
 	for r := range readers {
 		wg.Go(func() {
 			for time.Now().Before(give) && open.Load() > 0 && failed.Load() == nil {
-				idle := true
-				for i := r; i < len(ids); i += readers {
+				idle := enqueued.Load() == int64(len(ids))
+				for i := r; i < int(enqueued.Load()); i += readers {
 					if !seen[i].IsZero() {
 						continue
 					}
@@ -181,7 +189,7 @@ func readAsAdapter(t *testing.T, raw pb.KubemqClient, ids []string, sent *sendTi
 	}
 	wg.Wait()
 	if err, _ := failed.Load().(error); err != nil {
-		t.Fatalf("reading result channels: %v", err)
+		return []string{fmt.Sprintf("reading result channels: %v", err)}
 	}
 	var stuck []string
 	for i, id := range ids {
@@ -189,14 +197,14 @@ func readAsAdapter(t *testing.T, raw pb.KubemqClient, ids []string, sent *sendTi
 		at, ok := sent.get(ch)
 		head, err := peek(ch, 1)
 		if err != nil {
-			t.Fatalf("final peek of %s: %v", ch, err)
+			return append(stuck, fmt.Sprintf("final peek of %s: %v", ch, err))
 		}
 		msgs := head
 		if len(head) == 0 || !head[0].Terminal() {
 			// A peek that finds fewer than it asks for waits its whole
 			// second: only for the channels that show what went wrong.
 			if msgs, err = peek(ch, 4); err != nil {
-				t.Fatalf("peek of %s: %v", ch, err)
+				return append(stuck, fmt.Sprintf("peek of %s: %v", ch, err))
 			}
 		}
 		switch {

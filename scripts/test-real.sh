@@ -65,6 +65,9 @@ suite() {
 	skip=$(grep -c -E '^\s*--- SKIP' "$out" || true)
 	printf 'test-real: %-12s %-18s %3d passed %2d failed %2d skipped (tests and subtests) in %4d s\n' \
 		"$name" "$pkg" "$pass" "$fail" "$skip" "$(($(date +%s) - t0))"
+	if [ "$skip" -gt 0 ]; then
+		grep -E -A1 '^\s*--- SKIP' "$out" | grep -v -E '^\s*--- SKIP|^--$' | sort | uniq -c | head -5 | sed 's/^/test-real:   skipped: /'
+	fi
 	if [ "$rc" -ne 0 ]; then
 		failed+=("$name")
 		grep -E -B2 -A20 '^\s*--- FAIL|^panic:|^FAIL' "$out" | head -200
