@@ -40,7 +40,8 @@ type PollerConfig struct {
 	// PollWait is the stream poll's WaitTimeout. The broker raises it to
 	// 1 s (trap 1); it only matters when fewer messages than asked for are
 	// there (another consumer took them). It also bounds how long a
-	// batch's settlements wait for a quiet moment (see Poller). Default 1 s.
+	// batch's settlements wait for a quiet moment (see pollView.keptDue).
+	// Default 1 s.
 	PollWait time.Duration
 	// RecycleAfter is the number of polls after which the stream client is
 	// replaced by a fresh, already warmed one; the old one is closed once
@@ -60,7 +61,7 @@ type PollerConfig struct {
 	// completes (a 100 ms redelivery at best, trap 13). It counts instead
 	// (QueuesInfo, no member) and polls what the count finds, so that a
 	// long batch does not hold up the next tasks. It is also the least
-	// time between counts after one that found nothing (see countAside).
+	// time between counts after one that found nothing (see pollView.delivered).
 	// Default 50 ms.
 	OverlapAfter time.Duration
 	// SettleGrace bounds the first peek after a batch completes: KubeMQ
@@ -77,12 +78,10 @@ type PollerConfig struct {
 	// that poll after the settlements before it, when the batch is closed,
 	// so the next task cannot fall into the closing batch (see
 	// SettleGrace), and the task costs one call instead of a peek and a
-	// poll: measured on KubeMQ v2.4.0, one task at a time, broker store to
-	// delivery went from 1.0-1.3 to 0.54 ms (median) and from 4.2-4.5 to
-	// 1.2-1.3 ms (p90). A follow that comes back empty (the queue went
-	// quiet) held one of the broker's poll slots for its whole wait (trap
-	// 11): the Poller watches with peeks again until a task comes soon
-	// enough after a completion. Default 10 ms; negative disables.
+	// poll (KUBEMQ.md fact 25). A follow that comes back empty (the queue
+	// went quiet) held one of the broker's poll slots for its whole wait
+	// (trap 11): the Poller watches with peeks again until a task comes
+	// soon enough after a completion. Default 10 ms; negative disables.
 	FollowWithin time.Duration
 	// DrainTimeout is how long Run waits, after its ctx ends, for the
 	// delivered messages to be settled before closing the stream clients,
@@ -148,7 +147,7 @@ func (c *PollerConfig) longestWait() time.Duration {
 // PollerStats are a Poller's counters.
 type PollerStats struct {
 	Peeks, Polls, Messages, Recycles, SettleErrors int64
-	// Counts counts the QueuesInfo calls the Poller made (see ready).
+	// Counts counts the QueuesInfo calls the Poller made (see pollView.ready).
 	Counts int64
 	// Follows counts the polls made at once after a batch completed,
 	// without a peek (see FollowWithin).
@@ -165,60 +164,19 @@ type PollerStats struct {
 
 // Poller consumes one queue with one queues_stream client at a time: the
 // only poller of its queue in the process (traps 11, 12; get concurrency
-// from the pipeline behind it). An idle queue is watched with the legacy
-// peek (no stream poll waits on an empty queue, trap 11), only while no
-// batch of its own is open (see OverlapAfter and SettleGrace). A live
-// queue, one task after another, is followed instead (see FollowWithin):
-// there a stream poll waits once, when the queue goes quiet. When
-// messages are there it stream-polls at most as many as are ready (see
-// ready), capped by MaxItems, with AutoAck off. The messages of one poll
-// are settled on the broker together (see Message).
-//
-// Its batches overlap only while the queue is light. On KubeMQ each open
-// poll transaction is a member of the queue's NATS Streaming queue group,
-// and the settlements that complete one make room in it that the broker
-// fills with the next messages of the queue, seen by no poll (trap 13);
-// closing it moves them to another open member, where they wait for that
-// one to close. Batches that keep overlapping on a busy queue pass them on
-// from member to member for as long as the load lasts: measured on KubeMQ
-// v2.4.0, a 110k-task flood with up to four batches of one poller open at
-// once left 1,900 tasks unsettled after 10 minutes and delivered others up
-// to 10 times (786 ran twice). So while more is known to be waiting than
-// one poll takes, the Poller holds one batch at a time: what the closing
-// batch stranded goes back to the queue (no other member is open) and to
-// the next poll. When a poll takes all that is known to be waiting (a
-// light queue), it may overlap the open batches, so that a long task does
-// not hold up the next ones and a device's next batch is taken while one
-// runs. A batch whose last message is settled while another runs does not
-// complete then, when its results have just been stored and their
-// producers send their next tasks: its settlements wait until a count
-// finds nothing waiting, so that its close strands nothing, and a count
-// SettleGrace later makes sure of it (see deferClose and closeDeferred;
-// KUBEMQ.md fact 47). A completion beside an open batch that may have
-// stranded messages there (that count cannot tell, or the settlements had
-// to go before the queue was quiet) stops polls until none is open, or for
-// PollWait (the most an over-asking poll would cost; an open batch may be
-// a long task's). What a batch's
-// settlement strands goes, when no other batch is open, to the next poll,
-// all of it, whatever that poll asked for; the poll keeps what it asked for
-// and holds the rest unseen until it completes (KUBEMQ.md fact 45). So
-// after a batch that was not a lone task's on a light queue completes, the
-// Poller counts before polling and asks for every sequence stored and not
-// received (see ready and strays). It polls beside no batch that may hold
-// messages no poll sees: one that asked for less than was counted (it may
-// have been handed more), or one that came back short (the rest of its
-// room stays open while it runs, trap 13); and after a poll beside an open
-// batch comes back short, beside none until they complete (or for
-// PollWait). Beside a batch polled for what a peek saw after a completion
-// it asks for the count less what that batch may hold (strayedOpen, fact
-// 46). Several replicas on one channel overlap each other's batches
-// and peeks (trap 12), which no Poller sees: a sharded queue (package
-// shard) gives each channel one consumer (BENCHMARKS.md measures both,
-// issue 12 item 2). A batch
-// with a message given back (GiveBack) stays open on the broker until its
-// client closes, so the Poller changes clients, and waits for the close,
-// before its next poll.
-//
+// from the pipeline behind it, or a sharded queue, package shard). An idle
+// queue is watched with the legacy peek (trap 11) while no batch of its own
+// is open; a live queue is followed (FollowWithin, fact 25). When messages
+// wait it stream-polls at most as many as are ready, capped by MaxItems,
+// with AutoAck off; a poll's messages are settled together (see Message).
+// Batches overlap only while the queue is light: on a busy queue, batches
+// that overlap pass stranded messages on from one to the next (traps 5, 13,
+// facts 40, 45), so it holds one batch at a time there. A batch completed
+// beside a running one keeps its settlements for a quiet moment (fact 47).
+// Each of these decisions is a rule of nextStep (pollstep.go), carried out
+// by Run's loop; docs/KUBEMQ.md gives the broker's side, BENCHMARKS.md the
+// measurements. A GiveBack leaves its batch open until the client closes,
+// so the Poller changes clients, and waits for the close, before it polls.
 // It recycles its stream client every RecycleAfter polls, retries with
 // backoff while the broker is away and reports up/down through OnState.
 //
@@ -232,10 +190,11 @@ type Poller struct {
 	mu       sync.Mutex
 	inflight int // delivered and not settled
 	held     int // in batches not completely settled: still held on the broker
-	// batches are the open batches, oldest first (see holding).
+	// batches are the open batches, oldest first (see pollView.look).
 	batches []*txn
 	// overlapped: a batch completed while another was open, at
-	// overlappedAt; no poll until held is 0, or for PollWait (see Poller).
+	// overlappedAt; no poll until held is 0, or for PollWait (see
+	// pollView.mayPoll).
 	overlapped   bool
 	overlappedAt time.Time
 	// overlapGen counts the times overlapped was set, so that a check
@@ -262,7 +221,7 @@ type Poller struct {
 	// (fact 46), and the poll of one that follows is handed all of them
 	// and keeps one (fact 45). The held one comes after what the poll
 	// received, so a count beside that batch includes it: a poll beside
-	// asks for the count less strayedOpen (see askSize; mu).
+	// asks for the count less strayedOpen (see pollView.ask; mu).
 	strayedOpen int
 	seen        seen // the sequences received; Run's goroutine only
 

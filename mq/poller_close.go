@@ -63,7 +63,7 @@ func (p *Poller) oldestDeferred() (time.Time, bool) {
 // overlapShort notes a poll made beside an open batch that came back
 // short: what it was counted for sits in an open batch (strays the batch's
 // poll was forced to take, KUBEMQ.md fact 45). Like a completion beside an
-// open batch, it stops polls beside the open ones (see mayPoll).
+// open batch, it stops polls beside the open ones (see pollView.mayPoll).
 func (p *Poller) overlapShort() {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -107,8 +107,8 @@ func (l *loop) step() {
 	d := nextStep(l.view(atGate))
 	switch d.act {
 	case actSendKept:
-		// Sent now, not with the last running batch: the two measured
-		// alike (docs/KUBEMQ.md fact 47).
+		// A refused poll sends kept settlements now rather than with the
+		// last running batch (KUBEMQ.md fact 47).
 		l.closeDeferred()
 		return
 	case actWait:
