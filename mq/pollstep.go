@@ -56,13 +56,13 @@ type pollView struct {
 	counted, counting, following bool
 	quiet, closing               bool
 	looked, countedAt            time.Time
-	polledDone                   int64 // the completion the last poll knew of (unix ns)
-	short                        bool  // atWatch on: a batch completed since the last watch
-	recounts                     int   // atStrays: counts made again
-	asked, got                   int   // atPolled, atDelivered: the poll's ask and answer
-	beside                       bool  // atDelivered: it was made beside an open batch
-	gaps                         int64 // sequences below the highest received, not received
-	seenMax                      uint64
+	polledDone                   int64  // the completion the last poll knew of (unix ns)
+	short                        bool   // atWatch on: a batch completed since the last watch
+	recounts                     int    // atStrays: counts made again
+	asked, got                   int    // atPolled, atDelivered: the poll's ask and answer
+	beside                       bool   // atDelivered: it was made beside an open batch
+	gaps                         int64  // sequences below the highest received, not received
+	seenMax                      uint64 // the highest sequence received
 
 	// The Poller's (Poller.mu).
 	inflight, held           int
