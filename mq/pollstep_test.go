@@ -122,6 +122,7 @@ func TestPollStep(t *testing.T) {
 		{"count: none open: capped by the sequences never received, close under way", nil, pollView{at: atCount, seenMax: 10, missing: 3, answer: counted(8, 15)}, pollStep{known: 3, closing: true}},
 		{"count: none open, all of it never received", nil, pollView{at: atCount, seenMax: 10, missing: 5, answer: counted(5, 15)}, pollStep{known: 5}},
 		{"count: beside an open batch: Waiting less what it holds, capped after the highest received", nil, pollView{at: atCount, inflight: 2, held: 2, seenMax: 10, missing: 5, answer: counted(7, 13)}, pollStep{known: 3, closing: true}},
+		{"count: no LastSequence: Waiting less what we hold", nil, pollView{at: atCount, inflight: 1, held: 1, seenMax: 10, answer: counted(4, 0)}, pollStep{known: 3}},
 		{"count: we hold more than waits: none", nil, pollView{at: atCount, inflight: 3, held: 3, answer: counted(1, 0)}, pollStep{}},
 		{"count: nothing waiting after the settlements were kept: quiet", nil, pollView{at: atCount, kept: true, keptSince: ago(5 * time.Millisecond), answer: counted(0, 0)}, pollStep{quiet: true}},
 		{"count: asked before the settlements were kept: not quiet", nil, pollView{at: atCount, kept: true, keptSince: ago(time.Microsecond), answer: counted(0, 0)}, pollStep{}},
@@ -141,6 +142,7 @@ func TestPollStep(t *testing.T) {
 		{"kept count: every sequence stored was received: quiet", nil, pollView{at: atKeptCount, known: 2, closing: true, answer: counted(4, 10)}, pollStep{quietClose: true}},
 		{"kept count: a sequence never received: loud", nil, pollView{at: atKeptCount, known: 2, missing: 1, answer: counted(4, 10)}, pollStep{}},
 		{"kept count: failed: loud", nil, pollView{at: atKeptCount, answer: failed}, pollStep{}},
+		{"kept count: no such queue: loud", nil, pollView{at: atKeptCount, answer: asideCount{at: ago(time.Millisecond)}}, pollStep{}},
 
 		// atSettled: keep a batch's settlements?
 		{"settled: another batch runs: keep them", nil, pollView{at: atSettled, held: 6, size: 2}, pollStep{act: actKeep}},
