@@ -85,7 +85,7 @@ func (pc *pollClient) completeLocked(t *txn) {
 	}
 	p.strayedOpen -= t.strayed
 	// Completing while another batch is open may strand messages in it
-	// (see Poller); once none is open they are back.
+	// (see pollView.mayPoll); once none is open they are back.
 	now := time.Now()
 	if p.overlapped = p.held > 0; p.overlapped {
 		p.overlappedAt = now
@@ -175,7 +175,7 @@ func (p *Poller) prepare(ctx context.Context, out chan<- *streamClient) {
 // context (trap 4) and AutoAck off. holding: the poll may be handed strays
 // it did not ask for and hold them (KUBEMQ.md fact 45); a poll that comes
 // back short holds too. No poll is made beside a holding batch until it
-// completes (see mayPoll). strayed: it may hold up to that many unseen
+// completes (see pollView.mayPoll). strayed: it may hold up to that many unseen
 // beside it, of which the polls beside it do not ask for (strayedOpen).
 func (p *Poller) poll(pc *pollClient, n int, holding bool, strayed int) ([]*Message, error) {
 	p.polls.Add(1)
