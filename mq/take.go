@@ -9,24 +9,19 @@ import (
 // TakeWhile removes the oldest messages of channel, one at a time, while
 // take accepts them, at most max, and returns the oldest message left (nil
 // when the channel held none within wait, or max were taken) and how many
-// it removed. A message is removed only when take accepts that very message.
+// it removed. Safe for concurrent use; ctx bounds the call.
 //
-// Each step peeks the head (waiting up to wait, whole seconds, at least 1,
-// only when the channel is empty); a head take accepts is then received
-// (acked on receipt) and asked about again: a purge and a new write can
-// slip in between the two calls (the Python adapter's soft cancel, KUBEMQ.md
-// trap 24), and a received message take refuses is written back at once as
-// a new message (body, metadata, tags, policy, the expiry it had left). Both
-// calls are legacy calls, outside the broker's shared stream poll pool
-// (trap 11) and served one at a time with every reader's peek (fact 28).
+// A step peeks the head (waiting up to wait only on an empty channel),
+// receives it when take accepts it, and asks take again about the message
+// received: a purge and a new write can slip in between (KUBEMQ.md trap
+// 24), and a refused message is written back at once. Both are legacy
+// calls: outside the stream poll pool (trap 11), served one at a time with
+// readers' peeks (fact 28).
 //
-// A peek may show a later message while an older one is held by a reader's
-// peek that is closing (facts 22, 26, 48): a refused head is the oldest
-// only when every smaller sequence of the channel is accounted for, as a
-// message this call received or, by a count, as gone. Until then TakeWhile
-// peeks again, with pauses that add up to about a second, and returns the
-// head it saw when the count still disagrees. Safe for concurrent use; ctx
-// bounds the call.
+// A refused head is the oldest only when every smaller sequence is
+// accounted for, received by this call or gone by a count: a peek can skip
+// a message a reader's closing peek still holds (fact 48). Until then it
+// peeks again, with pauses adding up to about a second.
 func (c *Conn) TakeWhile(ctx context.Context, channel string, wait time.Duration, max int, take func(*Message) bool) (*Message, int, error) {
 	var (
 		taken, detours int
