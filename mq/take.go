@@ -25,7 +25,7 @@ import (
 func (c *Conn) TakeWhile(ctx context.Context, channel string, wait time.Duration, max int, take func(*Message) bool) (*Message, int, error) {
 	var (
 		taken, detours int
-		received       = map[uint64]bool{} // sequences this call received
+		received       []uint64 // the sequences this call received
 		pause          = firstConfirmPause
 	)
 	for taken < max {
@@ -52,7 +52,7 @@ func (c *Conn) TakeWhile(ctx context.Context, channel string, wait time.Duration
 		var m *Message
 		if len(got) > 0 {
 			m = fromPB(got[0])
-			received[m.Sequence] = true
+			received = append(received, m.Sequence)
 			if take(m) {
 				taken++
 				continue
@@ -83,9 +83,9 @@ const (
 // smaller sequence was received by this call, or a count finds no more
 // messages waiting than sequences from head's on (an older one still
 // waiting is held elsewhere, such as by a closing peek).
-func (c *Conn) isOldest(ctx context.Context, channel string, head *Message, received map[uint64]bool) (bool, error) {
+func (c *Conn) isOldest(ctx context.Context, channel string, head *Message, received []uint64) (bool, error) {
 	below := 0
-	for seq := range received {
+	for _, seq := range received {
 		if seq < head.Sequence {
 			below++
 		}
