@@ -7,26 +7,17 @@ import (
 
 // What a run costs, and when Flush may cut MaxQueueDelay short.
 //
-// Flush says that nothing more is on its way for the requests a batcher
-// holds (a queue poll was a batch), and then waiting out MaxQueueDelay only
-// delays them. That holds for a run that costs little on its own, but not
-// for one with a fixed cost under load: an accelerator's launch and
-// transfers, 40 ms of 65.6 for 64 rows in `bench --sim-latency 40ms,400us`.
-// There a burst of tasks reaches the batcher in a few polls a millisecond
-// apart (producers send as results come back, and a poll takes what was
-// counted a moment before), a flush after the first poll runs a fragment of
-// one to a few rows, and the device is held for the whole fixed cost while
-// the rest of the burst waits behind it: with 4 producers x 32 in flight,
-// batches of 40.9 rows of 64 on average and 690 tasks/s, against 960
-// directly. Waiting MaxQueueDelay costs a request at most that delay;
-// running a fragment costs the device the fixed cost. So a flush does not
-// run a fragment: a group of fewer than half the rows of the recent runs,
-// while a run's fixed cost is above MaxQueueDelay. Such a group waits out
-// MaxQueueDelay as Triton's dynamic batcher does (never longer), and the
-// configured delay decides how long a burst may take to arrive (an
-// accelerator wants a few milliseconds; configs/multi-gpu.yaml sets 5 ms).
-// A group as large as the recent runs, a cheap device, and a light load
-// (runs of a row or two, where nothing would come to join) keep the flush.
+// Flush says nothing more is on its way for the requests a batcher holds,
+// and then waiting out MaxQueueDelay only delays them. That holds for a
+// cheap run, not for one with a fixed cost under load (an accelerator's
+// launch and transfers): a burst reaches the batcher in a few polls a
+// millisecond apart, and a flush after the first runs a fragment that holds
+// the device for the whole fixed cost while the rest waits behind it.
+// Waiting costs a request at most MaxQueueDelay; a fragment costs the device
+// the fixed cost. So, while a run's fixed cost is above MaxQueueDelay, a
+// flush does not run a group of fewer than half the rows of the recent runs:
+// it waits out MaxQueueDelay as Triton's dynamic batcher does. Larger groups,
+// cheap devices and light loads keep the flush. (Measured: BENCHMARKS.md.)
 //
 // The fixed cost is learned from the last costRuns runs: the intercept of
 // a least-squares line of run time over rows, within [0, the shortest run];

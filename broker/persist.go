@@ -19,53 +19,7 @@ import (
 	pb "github.com/kubemq-io/protobuf/go"
 )
 
-// Persistence (Options.DataDir). The queues and the events store live in
-// memory as without a data dir; every change to them is also appended to the
-// data dir's log (persist_wal.go), and Open rebuilds them from it. Each
-// stored queue message has a key, unique in the data dir, that the log's
-// records name:
-//
-//	put   key, message      a message stored (sent, re-queued, dead-lettered)
-//	recv  key, count        its receive count changed (delivered, released)
-//	gone  key               it left for good (acked, consumed, expired,
-//	                        purged, moved to its dead letter queue)
-//	tail  key               it went back to the tail (nack)
-//	event event             an events store event (channel, sequence, time)
-//	evseq last, channel     the last sequence of a channel (snapshots only)
-//
-// Replay keeps the messages without a gone record, in the order of their last
-// put or tail record, with their last receive count: a message delivered and
-// not settled when the broker stopped is back in its queue (at least once),
-// and an acked one never is. Moves write the new message's put before the old
-// one's gone, so a crash between them leaves a copy too many, never none.
-// Queue sequence numbers start again from 1 after a restart (the messages
-// keep their order); events store sequences continue.
-//
-// Compaction: when a segment is full the writer starts the next one; once
-// the full segments since the last snapshot are as big as that snapshot, a
-// goroutine replays the snapshot and those segments into a new snapshot
-// (written to a temporary file, fsynced, renamed), then removes what it
-// replaces. Open does the same with every segment it found before it serves.
-// The events store's bounds and retention apply there too, so the disk holds
-// about twice what memory holds plus three segments (one zero-filled ahead,
-// persist_wal.go). A compaction holds a second copy of the live data in
-// memory while it runs (the broker's own stores are not locked for it).
-//
-// Events store events reach subscribers only once on disk
-// (storeChannel.published), so no subscriber sees an event a crash takes
-// back and whose sequence number a later event would then reuse. Likewise
-// a queue message sent reaches its queue once its put record is on disk
-// (sending.commit), so no consumer runs a message a crash takes back.
-//
-// A disk that fails (a write or fsync error: ENOSPC, EIO) fails the log for
-// good: every send from then on, and every send waiting for that fsync, is
-// refused with the disk's error and stored nowhere; what the queues held
-// goes on from memory (its acks and deliveries no longer reach the disk, so
-// after a restart it may be delivered again: at least once). A restart
-// replays what reached the disk, skipping a torn tail; when the disk has no
-// room for the start's snapshot the start goes on from the files it found.
-// A snapshot is written whole or not at all (a temporary file, fsynced,
-// renamed, removed when a write fails).
+// Persistence: see doc.go.
 
 const (
 	recPut   byte = 1

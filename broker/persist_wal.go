@@ -14,40 +14,7 @@ import (
 	"time"
 )
 
-// The data directory's log: a write-ahead log of the broker's own, in
-// numbered segment files (wal-<n>.log), and a snapshot (snap-<n>) that holds
-// the state the segments up to n left. Why not bbolt or pebble: the broker
-// keeps its queues in memory anyway and only needs the disk to rebuild them
-// after a restart, so an append-only log is the whole job. A queue message's
-// life is three small appends (put, delivery, settle) in one sequential file,
-// batched across every channel into one write and one fsync (group commit),
-// where a B+tree (bbolt) would rewrite pages and fsync per transaction, and an
-// LSM (pebble) would add its own write-ahead log, memtables and compactions
-// under ours; neither is in go.mod today.
-//
-// A record is an 8-byte header, the body's length and its CRC-32C
-// (Castagnoli), both little endian, then the body: a type byte and the
-// payload. Reading stops at the first record that is short, too long or
-// fails its CRC: the torn tail of a segment being written when the process
-// died. Nothing written after it in that segment was answered (a record is
-// acknowledged only once fsynced, and records are written in order), so it is
-// skipped. A new segment is started at each open, so a torn tail is never
-// appended to. A header of zeros ends a segment without a tear: the rest of
-// a segment zero-filled ahead of need (wal.prepare).
-//
-// fsync policy (the bar is KubeMQ's, whose NATS Streaming file store syncs
-// each flush): every send, ack, nack, requeue, ack-all and events store send
-// is answered after its records are written and fsynced. One writer goroutine
-// does the writes: it takes everything appended since its last write, writes
-// it and fsyncs once, so concurrent callers share one fsync (group commit).
-// A stream's requests are concurrent callers too: its handler reads the next
-// request while the previous one's answer waits for the disk (answerer), so
-// a client that sends without waiting for each answer (inferq's results on
-// one events store stream) gets one fsync per group, not per request.
-// Deliveries (a receive count going up, a stranded or released message) are
-// logged but not waited for: they reach the disk with the next write (within
-// walLazyWrite), and losing one only makes a receive count lower after a
-// crash. The fsync is an fdatasync of a segment zero-filled ahead (wal.write).
+// The data directory's log: see doc.go.
 
 const (
 	walHeader = 8

@@ -8,40 +8,7 @@ import (
 	pb "github.com/kubemq-io/protobuf/go"
 )
 
-// The legacy per-message queue stream, StreamQueueMessage (the only stream
-// receive of kubemq-js 1.x, the Java v1 and C# v1 SDKs, and kubemq-go's
-// StreamQueueMessage): one stream receives one message and holds it under
-// a server-side visibility timer until the client settles it. It follows
-// the real broker's QueueClient.StreamQueueMessage (pkg/client/queue.go of
-// KubeMQ v2.4.0):
-//
-//   - every request is checked first (client id, then per type); a refused
-//     request gets an error response and the stream goes on;
-//   - type 1 (receive) waits WaitTimeSeconds (default 1) for a message;
-//     none: "Error 138: ..." and the stream ends. A message is delivered
-//     with its ReceiveCount raised and held for VisibilitySeconds (default
-//     60); a second receive on the stream gets Error 128;
-//   - type 2 (ack) and 3 (reject) name the held message by RefSequence; a
-//     reject sends it back to the tail of its queue, or past its
-//     MaxReceiveCount to its dead letter queue (or nowhere); type 5 resends
-//     a copy to another channel (receive count starting again), type 6
-//     sends ModifiedMessage in place of the held one; each settles the
-//     message, answers, and ends the stream;
-//   - type 4 sets the visibility timer to VisibilitySeconds from now, with
-//     or without a message held; when the timer fires the stream gets
-//     "Error 129: ..." and ends, and the held message goes back as a
-//     reject does (a receive counted);
-//   - a stream that ends with a message held (the client cancels or goes
-//     away) gives it back the same way: counted as a receive, unlike the
-//     queues_stream poll.
-//
-// One difference on purpose: the message is delivered in a response that
-// echoes the receive request (its RequestID and type 1). The real broker
-// echoes the stream's latest request, which is the receive unless the
-// client sent something else while waiting; it also starts the visibility
-// timer from that latest request's VisibilitySeconds, so an ack sent early
-// (refused, no message yet) makes it 0 and the message expires at once.
-// Here the timer uses the latest receive or type 4 request's value.
+// The legacy per-message queue stream: see doc.go.
 
 // Limits of KubeMQ's default queue configuration for the legacy stream.
 const (

@@ -6,28 +6,7 @@ import (
 	pb "github.com/kubemq-io/protobuf/go"
 )
 
-// Stranding (KUBEMQ.md trap 13), reproduced because clients must be built
-// around it. On KubeMQ a poll's transaction is a NATS Streaming queue
-// subscription whose room is the batch it asked for, and it stays open until
-// every message of the batch is settled. A poll that came back short keeps
-// the rest of that room; settling part of the batch makes more, and the
-// broker pushes the next messages of the queue there, where no poll or
-// peek sees them, until the batch completes or its client closes. The
-// final settlement frees room just before the subscription closes too:
-// what is pushed in that window, and what the batch had
-// stranded, moves to another open transaction of the queue when there is
-// one, and waits there until that one completes (up to that transaction's
-// size; the rest goes back to the queue). With no other transaction open it
-// goes back to the head of the queue at once, as the group's shadow on
-// KubeMQ (fact 45): the next stream poll is forced to take all of it, and
-// what it did not ask for stays stranded in its transaction (q.shadow).
-// The final settlement's room is filled from the queue whether or not
-// another transaction is open.
-//
-// Stranded messages are not deliveries: their receive counts stay, and
-// QueuesInfo counts them in Waiting, like the delivered and unsettled
-// messages they are on KubeMQ. q.mu guards every field used here, and the
-// transactions' free and stranded.
+// Stranding: see doc.go.
 
 // register adds t, which holds messages, to the queue's open transactions.
 func (q *queue) register(t *txn) {

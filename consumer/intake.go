@@ -54,27 +54,19 @@ func (s *Server) deliver(ctx context.Context, q *queue, ch *channel, batch []*mq
 
 // returnedTo tells which messages of a batch came back from another
 // consumer, and records where this stint on the channel started. A queue
-// delivers in sequence order and a channel has one consumer at a time (a
-// queue's, or a shard's owner), so a first delivery (ReceiveCount 1) with a
-// sequence below the first one this stint received was held by a consumer
-// before it: most often one that died running it, before the fleet heard
-// of the crash (its report comes when it restarts), or this replica's
-// previous process. Such a message runs alone, so that a task that kills
-// its workers does not take its batch mates with it on every replica in
-// turn; it counts no crash.
+// delivers in sequence order and a channel has one consumer at a time, so a
+// first delivery (ReceiveCount 1) with a sequence below the first one this
+// stint received was held by a consumer before it: most often one that died
+// running it, before the fleet heard of the crash, or this replica's
+// previous process. Such a message runs alone, so that a task that kills its
+// workers does not take its batch mates with it; it counts no crash.
 //
-// A message below the highest sequence received but above the stint's
-// start is no such message: it was stranded by one of this consumer's own
-// polls (a batch's settlement frees room that the broker fills before the
-// poll's subscription closes, KUBEMQ.md facts 40 and 43) and comes back out
-// of order. Taking those for returned ones (as an earlier rule, "below the
-// highest received", did) made every stray a run of its own: on a real
-// KubeMQ with a simulated accelerator (40 ms a run) and 4 x 32 tasks in
-// flight, 163 runs of one task in 10 s, most of the device's time. Several
-// replicas on one channel without shards (not recommended: README) lose
-// this protection for a peer's tasks. Sequences are a channel's: each shard
-// has its own; a stint starts with each run of the channel's poller
-// (runChannel).
+// A message below the highest sequence received but above the stint's start
+// is no such message: one of this consumer's own polls stranded it (KUBEMQ.md
+// facts 40 and 43), and running each stray alone would cost the device most
+// of its time (BENCHMARKS.md). Several replicas on one channel without shards
+// lose this protection for a peer's tasks. Sequences are a channel's (each
+// shard has its own); a stint starts with each run of the channel's poller.
 func (ch *channel) returnedTo(batch []*mq.Message) []bool {
 	start := ch.start.Load()
 	out := make([]bool, len(batch))

@@ -4,40 +4,24 @@ import (
 	"time"
 )
 
-// Pipelining: one replica alone on a sharded queue. It runs shard 0, the
-// channel plain producers fill, itself and pays no extra hop (Spreading).
-// But a busy channel holds one open batch at a time (KUBEMQ.md fact 40), so
-// there poll, run, store and ack are one serial cycle and the device idles
-// for the broker's part of it: on an accelerator, where a batch's run is
-// long, that is throughput thrown away. Moving shard 0's polls into its own
-// shards, as a fleet's owner of shard 0 does, lets the replica poll the
-// next batch one channel over while one runs, at the price of a hop per
-// task: worth it when the runs are long beside the broker's part of a
-// cycle, a loss when the broker is the bottleneck (a small model on a CPU)
-// or when the broker serves the moved copies slowly (a real KubeMQ under
-// load can strand part of a poll for a second, traps 2, 13).
+// Pipelining: one replica alone on a sharded queue. A busy channel holds one
+// open batch at a time (KUBEMQ.md fact 40), so poll, run, store and ack are
+// one serial cycle and the device idles for the broker's part. Moving shard
+// 0's polls into the replica's own shards (as a fleet does, Spreading in
+// doc.go) lets it poll the next batch while one runs, at a hop per task: a
+// win when runs are long beside the broker's part, a loss when the broker is
+// the bottleneck or serves the moved copies slowly (traps 2, 13).
 //
-// So the replica measures instead of guessing, over windows of pipeWindow.
-// Whether to try is the busy share of the queue's models: the time their
-// runs took over the time passed and their run slots (the largest among the
-// models; batch.Batcher.Busy). Which way wins is the rows the models served
-// per second (batch.Batcher.Rows): on an accelerator whose runs have a fixed
-// cost the device is busy nearly all the time either way, and what the serial
-// cycle costs shows only in the rows per run (with two batches' worth in
-// flight, 4 x 32 and --sim-latency 40ms,400us, the busy share was 0.98
-// directly and 0.99 pipelined, while the batches held 44 and 56 rows of 64:
-// judged by the busy share pipelining lost its trials). When the share is
-// at least pipeTry, in a window after the first since the last switch (a
-// load still rising is no measure), it tries the other way for a window
-// (after pipeSettle, which the switch itself disturbs) and keeps whichever
-// served more rows: pipelining must win by pipeMargin (a fraction of the
-// direct rate), else running shard 0 directly is kept and pipelining is
-// tried again after pipeBackoff, doubled after each loss up to
-// pipeBackoffMax. A kept pipeline is checked against running directly every
-// pipeRecheck, and given up at once when the share falls under pipeIdle (a
-// light queue, where the hop only adds latency). A queue with one channel
-// (--queue-shards 1) has no other channel to pipeline into. It is opt-in
-// (Config.Pipeline, serve --pipeline): see there why.
+// So the replica measures, over windows of pipeWindow. It tries when the
+// busy share of the queue's models (batch.Batcher.Busy) is at least pipeTry,
+// in a window after the first since the last switch; it judges by rows
+// served per second (batch.Batcher.Rows), since on a fixed-cost device the
+// busy share stays near 1 either way. A trial runs a window (after
+// pipeSettle) and pipelining must win by pipeMargin, else direct is kept and
+// the next trial waits pipeBackoff, doubled per loss up to pipeBackoffMax. A
+// kept pipeline is rechecked every pipeRecheck and dropped when the share
+// falls under pipeIdle. One channel (--queue-shards 1) cannot pipeline; it
+// is opt-in (Config.Pipeline, serve --pipeline).
 const (
 	pipeWindow     = 2 * time.Second
 	pipeSettle     = 250 * time.Millisecond

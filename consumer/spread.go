@@ -12,30 +12,7 @@ import (
 	"github.com/inferq/inferq/task"
 )
 
-// Spreading: a fleet on one plain queue. Producers that know nothing of
-// shards (the Python adapter, kubemq-js, anything that sends to the queue's
-// own name) fill shard 0 only, whose one owner would serve them alone
-// (KUBEMQ.md traps 12, 13 forbid a second consumer on the channel). So
-// while a sharded queue has more than one live member, the owner of shard 0
-// runs none of it: it moves each poll of shard 0 whole into a shard
-// (1..n-1, its own included) of the replica with the fewest messages
-// waiting and held, when that replica has room, then acks the poll in one
-// settlement (why whole, copied then acked: KUBEMQ.md facts 40 and 41).
-// Every replica then runs the shards it owns, one batch open per channel,
-// and a replica that owns several runs their batches side by side. A
-// replica alone moves nothing: it runs shard 0 itself and pays no extra
-// hop, unless its devices are the bottleneck (pipe.go).
-//
-// The copy keeps the task's body, metadata and tags, carries its attempts
-// (TagAttempt: the attempt it would have had) and the producer's
-// MaxReceiveCount and MaxReceiveQueue. A copy that cannot be sent runs here
-// instead (nothing is NAcked, so no receive is counted).
-//
-// A replica's death: its shards stay unpolled until the others see its
-// heartbeats stop (Config.ShardBeat x 5, 5 s by default), then one of them
-// owns and drains them; what it held unsettled comes back to its channel
-// when the broker drops its connection. Shard 0's owner dying stops the
-// moving for as long, while plain producers' tasks wait in shard 0.
+// Spreading: see doc.go.
 
 // spreadInfoEvery is how old the shards' depths may be before the owner of
 // shard 0 asks the broker again (QueuesInfo, about 3-10 ms).
